@@ -1,0 +1,41 @@
+"""scperteval: calibrated benchmarking of single-cell perturbation response predictions.
+
+Heavy dependencies (anndata, scanpy, torch) are imported on first use, so that
+``import scperteval`` stays fast; the public names below resolve lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from scperteval._version import __version__
+
+if TYPE_CHECKING:
+    from scperteval.api import de, load_dataset
+    from scperteval.context import Context
+    from scperteval.dataset import Dataset
+    from scperteval.simulation import simulate
+
+__all__ = ["__version__", "Context", "Dataset", "de", "load_dataset", "simulate"]
+
+_LAZY = {
+    "Context": "scperteval.context",
+    "Dataset": "scperteval.dataset",
+    "de": "scperteval.api",
+    "load_dataset": "scperteval.api",
+    "simulate": "scperteval.simulation",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'scperteval' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

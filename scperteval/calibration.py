@@ -1,0 +1,227 @@
+"""``scperteval.calibrate``: find which protocols can be trusted on a dataset."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from scperteval.api import load_dataset
+from scperteval.context import Context
+from scperteval.engine.calibrators import Thresholds, calibration_table, verdict_reasons
+from scperteval.engine.dispatch import run_protocols
+from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS, Engine
+from scperteval.engine.suites import resolve_protocols
+from scperteval.progress import progress_bar
+from scperteval.runinfo import Timer, dataset_checksum, write_atomic, write_run_json
+
+__all__ = ["calibrate", "CalibrationResult"]
+
+
+@dataclass
+class CalibrationResult:
+    """Controls' scores and the calibration verdict of every protocol.
+
+    Attributes
+    ----------
+    results
+        Tidy per-perturbation values: ``covariate, perturbation, protocol,
+        source, source_name, value, reason``.
+    calibration
+        ``protocol, covariate, n, drf_mean, drf_median, bds, trusted, n_skipped,
+        n_negative`` (covariate ``all``: overall).
+    protocols
+        Description of each protocol (metric, space, controls...).
+    thresholds
+        Thresholds of the ``trusted`` verdict.
+    info
+        Run information (dataset, options, timings, failures).
+
+    """
+
+    results: pd.DataFrame
+    calibration: pd.DataFrame
+    protocols: pd.DataFrame
+    thresholds: Thresholds
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_failed(self) -> int:
+        """Number of (perturbation, protocol, source) values that are NaN."""
+        return int(self.results["value"].isna().sum())
+
+    def overall(self) -> pd.DataFrame:
+        """One row per protocol: the overall calibration with the reason when untrusted."""
+        table = self.calibration[self.calibration["covariate"] == "all"].drop(columns="covariate")
+        reasons = verdict_reasons(self.calibration, self.thresholds)
+        table = table.assign(reason=table["protocol"].map(reasons))
+        return table.reset_index(drop=True)
+
+    def trusted_protocols(self) -> list[str]:
+        """Names of the protocols trusted overall."""
+        overall = self.overall()
+        return overall.loc[overall["trusted"], "protocol"].tolist()
+
+    def summary(self) -> str:
+        """Readable table for the terminal."""
+        table = self.overall()
+        lines = [
+            f"{'protocol':<34} {'n':>4} {'DRF mean':>9} {'DRF med':>8} {'BDS':>6}  verdict",
+        ]
+        for row in table.itertuples():
+            verdict = "trusted" if row.trusted else f"not trusted ({row.reason})"
+            lines.append(
+                f"{row.protocol:<34} {row.n:>4} {row.drf_mean:>9.3f} {row.drf_median:>8.3f} "
+                f"{row.bds:>6.2f}  {verdict}"
+            )
+        lines.append(
+            f"thresholds: BDS >= {self.thresholds.bds_min}, DRF {self.thresholds.drf_statistic} "
+            f">= {self.thresholds.drf_min}; {len(self.trusted_protocols())} of {len(table)} trusted"
+        )
+        if self.n_failed:
+            lines.append(f"{self.n_failed} values are NaN (see the 'reason' column of results)")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        return str(self.overall().style.format(precision=3).to_html())
+
+    def write(self, folder: str | Path) -> None:
+        """Write ``results.parquet``, ``calibration.csv`` and ``protocols.csv`` atomically."""
+        folder = Path(folder)
+        write_atomic(folder / "results.parquet", lambda p: self.results.to_parquet(p, index=False))
+        write_atomic(folder / "calibration.csv", lambda p: self.calibration.to_csv(p, index=False))
+        write_atomic(folder / "protocols.csv", lambda p: self.protocols.to_csv(p, index=False))
+
+
+def calibrate(
+    data: Any,
+    protocols: Any = "default",
+    perturbation_key: str = "perturbation",
+    control_label: str = "control",
+    covariate_key: str | None = None,
+    layer: str | None = None,
+    min_cells: int = 4,
+    normalize: bool = False,
+    subset: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    de_method: str = "t-test",
+    workers: int = 1,
+    executor: cf.Executor | None = None,
+    thresholds: Thresholds | None = None,
+    sample_cells: int = DEFAULT_SAMPLE_CELLS,
+    out: str | Path | None = None,
+    progress: bool | None = None,
+) -> CalibrationResult:
+    """Score each protocol's positive and negative controls and judge its calibration.
+
+    Parameters
+    ----------
+    data
+        AnnData, path to an ``.h5ad`` file, or a :class:`~scperteval.dataset.Dataset`.
+    protocols
+        A suite name (``default``, ``miller2025``, ``ahlmann_eltze2025``,
+        ``vcc2025``), a path to a TOML suite, comma-separated protocol names
+        (``"pearson_delta_ctrl,mse_top_k=30"``) or a list of names / protocols.
+    perturbation_key, control_label, covariate_key, layer, min_cells, normalize, subset
+        How to read the dataset (see :class:`~scperteval.dataset.Dataset`).
+    seed
+        Seed of the truth halves and cell samples.
+    de_method
+        DE method behind top-k spaces, DEG weights and DE protocols.
+    workers
+        Threads used when no ``executor`` is given.
+    executor
+        Any :class:`concurrent.futures.Executor` to run the tasks on.
+    thresholds
+        Trust thresholds (default BDS >= 0.75 and median DRF >= 0.2).
+    sample_cells
+        Cap on the perturbed-cell and control-cell samples.
+    out
+        Folder for ``results.parquet``, ``calibration.csv``, ``protocols.csv``
+        and ``run.json``.
+    progress
+        Show progress bars (default: when stderr is a terminal).
+
+    Returns
+    -------
+    CalibrationResult
+        Tables of per-perturbation values and calibration.
+
+    """
+    timer = Timer()
+    started = time.time()
+    thresholds = thresholds or Thresholds()
+    chosen = resolve_protocols(protocols)
+    with timer.step("load"):
+        dataset = load_dataset(
+            data,
+            perturbation_key,
+            control_label,
+            covariate_key,
+            layer,
+            min_cells,
+            normalize,
+            subset,
+        )
+    context = Context(dataset, seed=seed, de_method=de_method)
+    engine = Engine(context, truth="half", sample_cells=sample_cells)
+    with timer.step("group_statistics"):
+        context.group_stats  # noqa: B018 - computed here so the timing is separate
+    n_tasks = sum(
+        len(dataset.covariates) if p.scope == "dataset" else len(dataset.conditions) for p in chosen
+    )
+    with timer.step("protocols"), progress_bar("protocols", n_tasks, progress) as bar:
+        bar.unit = "tasks"
+        results = run_protocols(
+            engine, chosen, workers=workers, executor=executor, progress=bar.update
+        )
+    descriptions = pd.DataFrame([p.describe() for p in chosen])
+    meta = {p.name: {"better": p.better, "perfect": p.perfect} for p in chosen}
+    with timer.step("calibration"):
+        table = calibration_table(results, meta, thresholds)
+    info = {
+        "input": dataset.source,
+        "n_cells": dataset.n_cells,
+        "n_genes": dataset.n_genes,
+        "n_perturbations": len(dataset.conditions),
+        "covariates": dataset.covariates,
+        "n_failed_values": int(results["value"].isna().sum()),
+        "timings_seconds": timer.seconds,
+    }
+    result = CalibrationResult(results, table, descriptions, thresholds, info)
+    if out is not None:
+        folder = Path(out)
+        with timer.step("write"):
+            result.write(folder)
+        info["timings_seconds"] = {**timer.seconds, "total": time.time() - started}
+        write_run_json(
+            folder / "run.json",
+            "calibrate",
+            {
+                "protocols": [p.name for p in chosen],
+                "perturbation_key": perturbation_key,
+                "control_label": control_label,
+                "covariate_key": covariate_key,
+                "layer": layer,
+                "min_cells": min_cells,
+                "normalize": normalize,
+                "subset": dict(subset or {}),
+                "seed": seed,
+                "de_method": de_method,
+                "workers": workers,
+                "sample_cells": sample_cells,
+                "thresholds": thresholds.as_dict(),
+            },
+            input_checksum=dataset_checksum(dataset),
+            **{k: v for k, v in info.items() if k != "input"},
+            input=dataset.source,
+        )
+    return result

@@ -1,0 +1,267 @@
+"""The :class:`Context`: one dataset and everything derived from it, computed once.
+
+A context owns a :class:`~scperteval.dataset.Dataset` and lazily caches the
+expensive derived data: the group layout (truth halves), per-group statistics
+from one chunked pass, centroids, differential expression and DEG weights.
+Every accessor is safe to call from many threads at once: a value is computed
+by the first caller and shared (see :class:`~scperteval._memo.Memo`), so
+results do not depend on the number of threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from scperteval._memo import Memo
+from scperteval.dataset import Dataset
+from scperteval.diffexp import (
+    DE_METHODS,
+    REFERENCES,
+    DEResult,
+    adjust_pvalues,
+    log_fold_change,
+    welch_t_test,
+)
+from scperteval.errors import SpecError
+from scperteval.layout import HALVES, GroupLayout
+from scperteval.stats import GroupStats, leave_one_out, merge_groups
+
+__all__ = ["Context", "deg_weights"]
+
+ProgressCallback = Callable[[int, int], None]
+
+
+class Context:
+    """Lazily computed, thread-safe derived data of one dataset.
+
+    Parameters
+    ----------
+    dataset
+        The validated dataset.
+    seed
+        Seed of every random choice (truth halves, samples).
+    de_method
+        Default DE method for weights and DEG masks (``t-test``,
+        ``t-test_overestim_var`` or ``wilcoxon``).
+    deg_threshold
+        Adjusted p-value below which a gene is a DEG.
+    weight_exponent
+        Default exponent of the DEG weights.
+    progress
+        Optional callback ``(done_cells, total_cells)`` called during the pass
+        over the data.
+
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        seed: int = 0,
+        de_method: str = "t-test",
+        deg_threshold: float = 0.05,
+        weight_exponent: float = 2.0,
+        progress: ProgressCallback | None = None,
+    ) -> None:
+        _check_choice("DE method", de_method, DE_METHODS)
+        self.dataset = dataset
+        self.seed = int(seed)
+        self.de_method = de_method
+        self.deg_threshold = float(deg_threshold)
+        self.weight_exponent = float(weight_exponent)
+        self.progress = progress
+        self._memo = Memo()
+
+    # ---------------------------------------------------------------- layout
+    @property
+    def layout(self) -> GroupLayout:
+        """Group codes of every cell, with the seeded truth halves."""
+        return self._memo.get("layout", lambda: GroupLayout.build(self.dataset, self.seed))
+
+    @property
+    def genes(self) -> Any:
+        """Gene names (a :class:`pandas.Index`)."""
+        return self.dataset.var_names
+
+    # ------------------------------------------------------------ statistics
+    @property
+    def group_stats(self) -> GroupStats:
+        """Statistics of every group from one chunked pass over the matrix."""
+        return self._memo.get("group_stats", self._compute_group_stats)
+
+    def _compute_group_stats(self) -> GroupStats:
+        layout = self.layout
+        total = GroupStats.empty(layout.n_groups, self.dataset.n_genes)
+        for positions, block in self.dataset.iter_chunks():
+            chunk = GroupStats.from_chunk(block, layout.codes[positions], layout.n_groups)
+            total = total.combine(chunk)
+            if self.progress is not None:
+                self.progress(positions.stop, self.dataset.n_cells)
+        return total
+
+    def condition_stats(self, half: str = "all") -> GroupStats:
+        """Statistics of each condition's cells of ``half``, one row per condition."""
+        _check_choice("half", half, HALVES)
+        return self._memo.get(("condition_stats", half), lambda: self._condition_stats(half))
+
+    def _condition_stats(self, half: str) -> GroupStats:
+        layout = self.layout
+        n_conditions = layout.n_conditions
+        stats = self.group_stats
+        if half == "truth":
+            return stats.select(slice(0, 2 * n_conditions, 2))
+        if half == "duplicate":
+            return stats.select(slice(1, 2 * n_conditions, 2))
+        labels = np.full(layout.n_groups, -1, dtype=np.int64)
+        labels[: 2 * n_conditions] = np.repeat(np.arange(n_conditions), 2)
+        return merge_groups(stats, labels, n_conditions)
+
+    def control_stats(self) -> GroupStats:
+        """Statistics of the control cells, one row per covariate group."""
+        n_conditions = self.layout.n_conditions
+        return self.group_stats.select(slice(2 * n_conditions, None))
+
+    def perturbed_stats(self) -> GroupStats:
+        """Statistics of all evaluated perturbed cells, one row per covariate group."""
+        return self._memo.get("perturbed_stats", self._perturbed_stats)
+
+    def _perturbed_stats(self) -> GroupStats:
+        layout = self.layout
+        labels = np.full(layout.n_groups, -1, dtype=np.int64)
+        labels[: 2 * layout.n_conditions] = np.repeat(layout.condition_covariate, 2)
+        return merge_groups(self.group_stats, labels, len(layout.covariates))
+
+    def rest_stats(self) -> GroupStats:
+        """Per condition, all other perturbed cells of its covariate group (leave-one-out)."""
+        return self._memo.get(
+            "rest_stats",
+            lambda: leave_one_out(self.condition_stats("all"), self.layout.condition_covariate),
+        )
+
+    # ------------------------------------------------------------- centroids
+    def centroids(self, half: str = "all") -> np.ndarray:
+        """Per-condition mean expression, shape ``(n_conditions, n_genes)``."""
+        return self.condition_stats(half).mean
+
+    def control_means(self) -> np.ndarray:
+        """Control mean expression per condition's covariate group, ``(n_conditions, n_genes)``."""
+        return self.control_stats().mean[self.layout.condition_covariate]
+
+    # ------------------------------------------------------------------- DE
+    def de(self, method: str | None = None, reference: str = "rest", half: str = "all") -> DEResult:
+        """Differential expression of every condition (cached).
+
+        Parameters
+        ----------
+        method
+            ``t-test``, ``t-test_overestim_var`` or ``wilcoxon``; the context's
+            default when omitted.
+        reference
+            ``rest`` (other perturbed cells of the covariate group, controls
+            excluded) or ``control``.
+        half
+            Which cells of each perturbation form the target: ``all``, ``truth``
+            or ``duplicate``. The ``rest`` reference always excludes all of the
+            perturbation's own cells.
+
+        """
+        method = method or self.de_method
+        _check_choice("DE method", method, DE_METHODS)
+        _check_choice("reference", reference, REFERENCES)
+        _check_choice("half", half, HALVES)
+        return self._memo.get(
+            ("de", method, reference, half), lambda: self._de(method, reference, half)
+        )
+
+    def _de(self, method: str, reference: str, half: str) -> DEResult:
+        target = self.condition_stats(half)
+        ref = (
+            self.rest_stats()
+            if reference == "rest"
+            else self.control_stats().select(self.layout.condition_covariate)
+        )
+        if method == "wilcoxon":
+            from scperteval._wilcoxon import wilcoxon_all
+
+            statistic, pvalue = wilcoxon_all(self, reference, half)
+        else:
+            statistic, pvalue = welch_t_test(
+                target.n[:, None],
+                target.mean,
+                target.variance(),
+                ref.n[:, None],
+                ref.mean,
+                ref.variance(),
+                overestimate_variance=method == "t-test_overestim_var",
+            )
+        return DEResult(
+            conditions=self.layout.conditions,
+            genes=self.genes,
+            statistic=statistic,
+            pvalue=pvalue,
+            pvalue_adj=adjust_pvalues(pvalue),
+            log_fold_change=log_fold_change(target.mean, ref.mean),
+            mean_target=target.mean,
+            mean_reference=ref.mean,
+            method=method,
+            reference=reference,
+            half=half,
+        )
+
+    def deg_weights(self, exponent: float | None = None, half: str = "truth") -> np.ndarray:
+        """DEG weights of every condition (Mejia et al.), shape ``(n_conditions, n_genes)``.
+
+        From the ``rest``-referenced DE of ``half`` with the context's method.
+        """
+        exponent = self.weight_exponent if exponent is None else float(exponent)
+        return self._memo.get(
+            ("weights", exponent, half),
+            lambda: deg_weights(self.de(reference="rest", half=half).statistic, exponent),
+        )
+
+    def deg_mask(self, threshold: float | None = None, half: str = "truth") -> np.ndarray:
+        """Boolean DEG mask (adjusted p-value below ``threshold``) per condition and gene."""
+        threshold = self.deg_threshold if threshold is None else float(threshold)
+        return self.de(reference="rest", half=half).pvalue_adj < threshold
+
+
+def deg_weights(statistic: np.ndarray, exponent: float = 2.0) -> np.ndarray:
+    """DEG weights from t statistics, row by row (Mejia et al. 2025).
+
+    ``|t|`` is min-max normalised across genes, raised to ``exponent`` and
+    normalised to sum 1; non-finite values count as 0. A row whose ``|t|`` is
+    constant has no informative gene: its weights are all NaN, so a weighted
+    metric built on it is NaN rather than a silent number.
+
+    Parameters
+    ----------
+    statistic
+        t statistics, shape ``(n_genes,)`` or ``(n_conditions, n_genes)``.
+    exponent
+        Exponent applied after min-max normalisation.
+
+    Returns
+    -------
+    numpy.ndarray
+        Weights of the same shape; each finite row sums to 1.
+
+    Examples
+    --------
+    >>> deg_weights([-8, 4, 1, 0.5, 0]).round(6).tolist()
+    [0.787692, 0.196923, 0.012308, 0.003077, 0.0]
+
+    """
+    magnitude = np.abs(np.asarray(statistic, dtype=np.float64))
+    magnitude = np.where(np.isfinite(magnitude), magnitude, 0.0)
+    low = magnitude.min(axis=-1, keepdims=True)
+    span = magnitude.max(axis=-1, keepdims=True) - low
+    with np.errstate(divide="ignore", invalid="ignore"):
+        raw = ((magnitude - low) / span) ** exponent
+        return raw / raw.sum(axis=-1, keepdims=True)
+
+
+def _check_choice(what: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise SpecError(f"unknown {what} {value!r}; valid: {', '.join(choices)}")

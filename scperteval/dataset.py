@@ -1,0 +1,408 @@
+"""Reading and validating a perturbation dataset.
+
+A :class:`Dataset` wraps an AnnData (in memory or opened backed from an
+``.h5ad`` file) together with the column names that give it meaning:
+which column labels the perturbation, which label marks control cells, and
+optionally which column holds a covariate (cell line, cell type) within which
+every statistic is computed. It validates the input once, with one-line errors
+that name the file, the column and the offending values, and streams the
+expression matrix in row chunks so that files larger than memory work.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from scperteval.errors import DatasetError
+
+__all__ = ["Dataset", "Condition", "COMBINATION_SEPARATOR", "DEFAULT_CHUNK_CELLS"]
+
+COMBINATION_SEPARATOR = "+"
+DEFAULT_CHUNK_CELLS = 50_000
+#: Largest value seen in log1p(normalize_total(1e4)) data is log(1e4 + 1) ~ 9.2;
+#: integer data above this is almost certainly raw counts.
+RAW_COUNT_MAX = 20.0
+ALL_COVARIATES = "all"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One perturbation within one covariate group."""
+
+    covariate: str
+    perturbation: str
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        """Single perturbations of a combination ``A+B`` (the label itself otherwise)."""
+        return tuple(part for part in self.perturbation.split(COMBINATION_SEPARATOR) if part)
+
+    @property
+    def is_combination(self) -> bool:
+        """Whether the label names two or more perturbations joined by ``+``."""
+        return len(self.components) > 1
+
+
+class Dataset:
+    """A validated perturbation dataset.
+
+    Parameters
+    ----------
+    data
+        An :class:`anndata.AnnData` or a path to an ``.h5ad`` file.
+    perturbation_key
+        Column of ``obs`` with the perturbation label of every cell.
+    control_label
+        Label of control cells in that column.
+    covariate_key
+        Optional column of ``obs`` (cell line, cell type); statistics are
+        computed within each of its groups, each of which needs control cells.
+    layer
+        Read expression from ``layers[layer]`` instead of ``X``.
+    min_cells
+        Perturbations (per covariate group) with fewer cells are left out.
+    normalize
+        Apply ``normalize_total`` to 1e4 counts then ``log1p`` (for raw counts).
+    subset
+        Keep only cells whose ``obs`` values match, e.g. ``{"dataset": "norman19"}``
+        (a value or a list of accepted values per column).
+    backed
+        ``True`` opens the file read-only on disk, ``False`` loads it, ``"auto"``
+        opens it backed when the file is larger than a third of available memory.
+    chunk_cells
+        Number of rows read at a time when streaming the matrix.
+
+    Raises
+    ------
+    DatasetError
+        With a one-line message naming the source, column and values.
+
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        perturbation_key: str = "perturbation",
+        control_label: str = "control",
+        covariate_key: str | None = None,
+        layer: str | None = None,
+        min_cells: int = 4,
+        normalize: bool = False,
+        subset: Mapping[str, Any] | None = None,
+        backed: bool | str = "auto",
+        chunk_cells: int = DEFAULT_CHUNK_CELLS,
+    ) -> None:
+        self.source = str(data) if isinstance(data, (str, os.PathLike)) else "AnnData"
+        self.path = Path(data) if isinstance(data, (str, os.PathLike)) else None
+        self.adata = _open(data, backed)
+        self.perturbation_key = perturbation_key
+        self.control_label = str(control_label)
+        self.covariate_key = covariate_key
+        self.layer = layer
+        self.min_cells = int(min_cells)
+        self.normalize = bool(normalize)
+        self.chunk_cells = int(chunk_cells)
+        if self.min_cells < 2:
+            raise DatasetError(f"min_cells must be at least 2, got {min_cells}")
+        self._check_shape_and_columns()
+        self.cell_index = self._select_cells(subset or {})
+        obs = self.adata.obs.iloc[self.cell_index]
+        self.perturbation_labels = obs[perturbation_key].astype(str).to_numpy()
+        if covariate_key is None:
+            self.covariate_labels = np.full(self.cell_index.shape[0], ALL_COVARIATES, dtype=object)
+        else:
+            self.covariate_labels = obs[covariate_key].astype(str).to_numpy()
+        self.var_names = pd.Index(self.adata.var_names.astype(str))
+        self._check_labels()
+        self.conditions, self.dropped = self._select_conditions()
+        self._check_values()
+
+    # ------------------------------------------------------------------ shape
+    @property
+    def n_cells(self) -> int:
+        """Number of cells kept (after ``subset``)."""
+        return int(self.cell_index.shape[0])
+
+    @property
+    def n_genes(self) -> int:
+        """Number of genes (features)."""
+        return int(self.var_names.shape[0])
+
+    @property
+    def covariates(self) -> list[str]:
+        """Covariate groups, sorted (``["all"]`` without a covariate column)."""
+        return sorted(set(self.covariate_labels.tolist()))
+
+    @property
+    def is_backed(self) -> bool:
+        """Whether the matrix is read from disk chunk by chunk."""
+        return bool(self.adata.isbacked)
+
+    def perturbations(self, covariate: str | None = None) -> list[str]:
+        """Perturbations evaluated (optionally within one covariate group)."""
+        return [
+            c.perturbation for c in self.conditions if covariate is None or c.covariate == covariate
+        ]
+
+    def combinations(self) -> list[Condition]:
+        """Conditions whose label is a combination ``A+B``."""
+        return [c for c in self.conditions if c.is_combination]
+
+    def describe(self) -> str:
+        """One-line summary of the dataset."""
+        return (
+            f"{self.source}: {self.n_cells} cells x {self.n_genes} genes, "
+            f"{len(self.conditions)} perturbations in {len(self.covariates)} covariate group(s)"
+            + (f", {len(self.dropped)} left out (< {self.min_cells} cells)" if self.dropped else "")
+        )
+
+    # ---------------------------------------------------------------- reading
+    def matrix(self) -> Any:
+        """The expression matrix object (``X`` or the layer), possibly backed."""
+        return self.adata.layers[self.layer] if self.layer is not None else self.adata.X
+
+    def iter_chunks(self, chunk_cells: int | None = None) -> Iterator[tuple[slice, Any]]:
+        """Yield ``(positions, block)`` over the kept cells in order.
+
+        ``positions`` is a slice into the kept cells (``0 .. n_cells``); ``block``
+        is a sparse (CSR) or dense float array of those cells, normalised when
+        ``normalize`` was requested.
+        """
+        size = int(chunk_cells or self.chunk_cells)
+        matrix = self.matrix()
+        whole = self.cell_index.shape[0] == self.adata.n_obs
+        if not self.is_backed and whole and not self.normalize and size >= self.n_cells:
+            yield slice(0, self.n_cells), _as_rows(matrix)
+            return
+        for start in range(0, self.n_cells, size):
+            stop = min(start + size, self.n_cells)
+            rows = self.cell_index[start:stop]
+            block = _read_rows(matrix, rows)
+            if self.normalize:
+                block = normalize_log1p(block)
+            yield slice(start, stop), block
+
+    def rows(self, positions: np.ndarray) -> Any:
+        """Expression of the kept cells at ``positions`` (sorted ascending)."""
+        block = _read_rows(self.matrix(), self.cell_index[np.asarray(positions)])
+        return normalize_log1p(block) if self.normalize else block
+
+    # ------------------------------------------------------------- validation
+    def _fail(self, message: str) -> DatasetError:
+        return DatasetError(f"{self.source}: {message}")
+
+    def _check_shape_and_columns(self) -> None:
+        if self.adata.n_obs == 0 or self.adata.n_vars == 0:
+            raise self._fail(
+                f"empty dataset ({self.adata.n_obs} cells x {self.adata.n_vars} genes)"
+            )
+        columns = list(map(str, self.adata.obs.columns))
+        for role, key in (
+            ("perturbation", self.perturbation_key),
+            ("covariate", self.covariate_key),
+        ):
+            if key is not None and key not in self.adata.obs.columns:
+                raise self._fail(
+                    f"{role} column {key!r} not found in obs; "
+                    f"available columns: {_listing(columns)}"
+                )
+        if self.layer is not None and self.layer not in self.adata.layers:
+            raise self._fail(
+                f"layer {self.layer!r} not found; available layers: "
+                f"{_listing(list(self.adata.layers.keys())) or '(none)'}"
+            )
+        names = pd.Index(self.adata.var_names.astype(str))
+        if names.has_duplicates:
+            duplicated = names[names.duplicated()].unique().tolist()
+            raise self._fail(
+                f"duplicate gene names in var_names: {_listing(duplicated)} "
+                "(make them unique, e.g. adata.var_names_make_unique())"
+            )
+
+    def _select_cells(self, subset: Mapping[str, Any]) -> np.ndarray:
+        keep = np.ones(self.adata.n_obs, dtype=bool)
+        for column, accepted in subset.items():
+            if column not in self.adata.obs.columns:
+                raise self._fail(
+                    f"subset column {column!r} not found in obs; available columns: "
+                    f"{_listing(list(map(str, self.adata.obs.columns)))}"
+                )
+            values = self.adata.obs[column].astype(str)
+            wanted = [accepted] if isinstance(accepted, (str, int, float)) else list(accepted)
+            wanted = [str(v) for v in wanted]
+            missing = sorted(set(wanted) - set(values.unique()))
+            if missing:
+                raise self._fail(
+                    f"subset value(s) {_listing(missing)} not found in column {column!r}; "
+                    f"available: {_listing(sorted(values.unique()))}"
+                )
+            keep &= values.isin(wanted).to_numpy()
+        return np.flatnonzero(keep)
+
+    def _check_labels(self) -> None:
+        key = self.perturbation_key
+        labels = self.perturbation_labels
+        if self.control_label not in set(labels.tolist()):
+            raise self._fail(
+                f"control label {self.control_label!r} not found in column {key!r}; "
+                f"available labels: {_listing(sorted(set(labels.tolist())))}"
+            )
+        if self.covariate_key is not None:
+            for covariate in self.covariates:
+                in_group = self.covariate_labels == covariate
+                if not np.any(labels[in_group] == self.control_label):
+                    raise self._fail(
+                        f"control label {self.control_label!r} absent from covariate group "
+                        f"{covariate!r} of column {self.covariate_key!r}; every group needs "
+                        "control cells"
+                    )
+
+    def _select_conditions(self) -> tuple[list[Condition], list[tuple[Condition, int]]]:
+        frame = pd.DataFrame(
+            {"covariate": self.covariate_labels, "perturbation": self.perturbation_labels}
+        )
+        counts = frame.value_counts(sort=False)
+        kept: list[Condition] = []
+        dropped: list[tuple[Condition, int]] = []
+        for (covariate, perturbation), count in sorted(counts.items()):
+            if perturbation == self.control_label:
+                continue
+            condition = Condition(str(covariate), str(perturbation))
+            if count >= self.min_cells:
+                kept.append(condition)
+            else:
+                dropped.append((condition, int(count)))
+        if not kept:
+            detail = ", ".join(f"{c.perturbation} ({n})" for c, n in dropped[:10])
+            raise self._fail(
+                f"no perturbation in column {self.perturbation_key!r} has at least "
+                f"min_cells={self.min_cells} cells; counts: {detail or '(no perturbed cells)'}"
+            )
+        return kept, dropped
+
+    def _check_values(self) -> None:
+        maximum = -np.inf
+        minimum = np.inf
+        all_integer = True
+        layer = f"layer {self.layer!r}" if self.layer else "X"
+        normalize, self.normalize = self.normalize, False
+        try:
+            for _, block in self.iter_chunks():
+                values = block.data if sp.issparse(block) else np.asarray(block)
+                if values.size == 0:
+                    continue
+                finite = np.isfinite(values)
+                if not finite.all():
+                    bad = values[~finite]
+                    raise self._fail(
+                        f"{layer} contains {bad.size} non-finite value(s) "
+                        f"(e.g. {_listing(sorted(set(map(str, bad[:5].tolist()))))}); "
+                        "remove or impute them"
+                    )
+                minimum = min(minimum, float(values.min()))
+                maximum = max(maximum, float(values.max()))
+                if all_integer:
+                    all_integer = bool(np.all(values == np.round(values)))
+        finally:
+            self.normalize = normalize
+        if minimum < 0:
+            raise self._fail(
+                f"{layer} contains negative values (minimum {minimum:g}); expected "
+                "log-normalised expression (normalize_total + log1p), not scaled or centred data"
+            )
+        if all_integer and maximum > RAW_COUNT_MAX and not self.normalize:
+            raise self._fail(
+                f"{layer} looks like raw counts (integer values up to {maximum:g}); pass "
+                "normalize=True (CLI: --normalize) to apply normalize_total(1e4) and log1p"
+            )
+
+
+def normalize_log1p(block: Any, target_sum: float = 1e4) -> Any:
+    """Scale each row to ``target_sum`` then apply ``log1p`` (rows with no counts stay 0).
+
+    Parameters
+    ----------
+    block
+        Cells x genes, sparse or dense.
+    target_sum
+        Total each cell is scaled to.
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix or numpy.ndarray
+        Float64 log-normalised values, same sparsity as the input.
+
+    """
+    if sp.issparse(block):
+        matrix = sp.csr_matrix(block, dtype=np.float64, copy=True)
+        totals = np.asarray(matrix.sum(axis=1)).ravel()
+        scale = np.divide(target_sum, totals, out=np.zeros_like(totals), where=totals > 0)
+        matrix.data *= np.repeat(scale, np.diff(matrix.indptr))
+        np.log1p(matrix.data, out=matrix.data)
+        return matrix
+    dense = np.asarray(block, dtype=np.float64)
+    totals = dense.sum(axis=1, keepdims=True)
+    scale = np.divide(target_sum, totals, out=np.zeros_like(totals), where=totals > 0)
+    return np.log1p(dense * scale)
+
+
+def _open(data: Any, backed: bool | str) -> Any:
+    import anndata
+
+    if isinstance(data, anndata.AnnData):
+        return data
+    if not isinstance(data, (str, os.PathLike)):
+        raise DatasetError(
+            f"expected an AnnData or a path to an .h5ad file, got {type(data).__name__}"
+        )
+    path = Path(data)
+    if not path.exists():
+        raise DatasetError(f"{path}: file not found")
+    if backed == "auto":
+        backed = path.stat().st_size > _available_memory() / 3
+    try:
+        return anndata.read_h5ad(path, backed="r" if backed else None)
+    except Exception as exc:  # noqa: BLE001 - any reader failure means unreadable input
+        raise DatasetError(f"{path}: cannot read as .h5ad ({type(exc).__name__}: {exc})") from None
+
+
+def _available_memory() -> float:
+    try:
+        import psutil
+
+        return float(psutil.virtual_memory().available)
+    except ImportError:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+def _as_rows(matrix: Any) -> Any:
+    if sp.issparse(matrix):
+        return matrix if matrix.format == "csr" else sp.csr_matrix(matrix)
+    return np.asarray(matrix)
+
+
+def _read_rows(matrix: Any, rows: np.ndarray) -> Any:
+    if rows.size == 0:
+        return sp.csr_matrix((0, matrix.shape[1]))
+    contiguous = rows[-1] - rows[0] + 1 == rows.size
+    if contiguous:
+        block = matrix[int(rows[0]) : int(rows[-1]) + 1]
+    else:
+        block = matrix[rows]
+    if hasattr(block, "to_memory"):
+        block = block.to_memory()
+    return _as_rows(block)
+
+
+def _listing(values: Sequence[Any], limit: int = 12) -> str:
+    shown = ", ".join(repr(v) if isinstance(v, str) else str(v) for v in list(values)[:limit])
+    extra = len(values) - limit
+    return shown + (f", ... ({extra} more)" if extra > 0 else "")

@@ -1,0 +1,4 @@
+"""The protocol engine.
+
+Spaces, sources, views, protocol descriptors, suites, dispatch and calibrators.
+"""

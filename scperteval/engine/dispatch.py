@@ -1,0 +1,254 @@
+"""Running protocols over perturbations on an executor, into one tidy table.
+
+Work is cut into independent tasks, one per (protocol, perturbation) for
+perturbation-scope protocols and one per (protocol, covariate group) for
+dataset-scope ones. Each task computes the truth view once and every candidate
+(controls, models) against it. Tasks share only the engine's thread-safe
+caches, and every random choice is seeded by names, so values do not depend on
+the number of workers, the order of protocols or which other protocols ran.
+A candidate whose computation fails gets NaN and the reason, never a lost run.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from scperteval.engine.engine import Engine
+from scperteval.engine.protocol import Protocol
+from scperteval.engine.sources import SourceData
+from scperteval.engine.spaces import resolve_space
+from scperteval.engine.views import centering_vector, make_view, metric_context
+from scperteval.metrics import DatasetContext
+
+__all__ = ["Candidate", "run_protocols", "RESULT_COLUMNS"]
+
+RESULT_COLUMNS = [
+    "covariate",
+    "perturbation",
+    "protocol",
+    "source",
+    "source_name",
+    "value",
+    "reason",
+]
+
+SourceGetter = Callable[[Engine, int], SourceData]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Something scored against the truth.
+
+    Attributes
+    ----------
+    role
+        ``positive``, ``negative``, ``model`` or ``baseline`` (the ``source`` column).
+    name
+        Its name (the ``source_name`` column): a source or model name, or
+        ``None`` to use the protocol's own positive/negative control.
+    getter
+        Returns its data for a condition; ``None`` for a protocol's control.
+
+    """
+
+    role: str
+    name: str | None = None
+    getter: SourceGetter | None = None
+
+    def resolve(self, protocol: Protocol) -> tuple[str, SourceGetter]:
+        """Source name and data getter of this candidate for a protocol."""
+        if self.getter is not None and self.name is not None:
+            return self.name, self.getter
+        name = self.name or (protocol.positive if self.role == "positive" else protocol.negative)
+        return name, lambda engine, condition: engine.source(name, condition)
+
+
+CONTROLS = (Candidate("positive"), Candidate("negative"))
+
+
+def run_protocols(
+    engine: Engine,
+    protocols: Sequence[Protocol],
+    candidates: Sequence[Candidate] = CONTROLS,
+    workers: int = 1,
+    executor: cf.Executor | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> pd.DataFrame:
+    """Score every candidate against the truth for every protocol and perturbation.
+
+    Parameters
+    ----------
+    engine
+        Shared data of the dataset.
+    protocols
+        Validated protocols.
+    candidates
+        What to score (default: each protocol's positive and negative control).
+    workers
+        Threads of the default pool (ignored when ``executor`` is given).
+    executor
+        Any :class:`concurrent.futures.Executor`.
+    progress
+        Called with the number of tasks just finished.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Tidy table with columns ``covariate, perturbation, protocol, source,
+        source_name, value, reason`` (``reason`` explains a NaN), sorted.
+
+    """
+    layout = engine.context.layout
+    tasks: list[tuple[Callable[..., list[dict[str, Any]]], tuple[Any, ...]]] = []
+    for protocol in protocols:
+        if protocol.scope == "dataset":
+            for covariate in range(len(layout.covariates)):
+                tasks.append((_dataset_task, (engine, protocol, covariate, candidates)))
+        else:
+            for condition in range(layout.n_conditions):
+                tasks.append((_perturbation_task, (engine, protocol, condition, candidates)))
+    rows: list[dict[str, Any]] = []
+    owned = executor is None and workers > 1
+    pool = cf.ThreadPoolExecutor(max_workers=workers) if owned else executor
+    try:
+        if pool is None:
+            for function, arguments in tasks:
+                rows.extend(function(*arguments))
+                if progress is not None:
+                    progress(1)
+        else:
+            futures = [pool.submit(function, *arguments) for function, arguments in tasks]
+            for future in cf.as_completed(futures):
+                rows.extend(future.result())
+                if progress is not None:
+                    progress(1)
+    finally:
+        if owned and pool is not None:
+            pool.shutdown()
+    table = pd.DataFrame(rows, columns=RESULT_COLUMNS)
+    return table.sort_values(
+        ["protocol", "covariate", "perturbation", "source", "source_name"], kind="stable"
+    ).reset_index(drop=True)
+
+
+def _row(
+    engine: Engine,
+    condition: int,
+    protocol: Protocol,
+    role: str,
+    name: str,
+    value: float,
+    reason: str,
+) -> dict[str, Any]:
+    target = engine.context.layout.conditions[condition]
+    return {
+        "covariate": target.covariate,
+        "perturbation": target.perturbation,
+        "protocol": protocol.name,
+        "source": role,
+        "source_name": name,
+        "value": value,
+        "reason": reason,
+    }
+
+
+def _failure(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _perturbation_task(
+    engine: Engine, protocol: Protocol, condition: int, candidates: Sequence[Candidate]
+) -> list[dict[str, Any]]:
+    named = [(c.role, *c.resolve(protocol)) for c in candidates]
+    try:
+        space = resolve_space(engine, protocol.space, condition)
+        reference = centering_vector(engine, protocol.centering, condition)
+        truth_source = engine.source("truth", condition)
+        truth_view = make_view(engine, protocol, condition, truth_source, space, reference)
+        ctx = metric_context(engine, protocol, condition, space)
+    except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
+        reason = _failure(exc)
+        return [
+            _row(engine, condition, protocol, role, name, math.nan, reason)
+            for role, name, _ in named
+        ]
+    rows = []
+    for role, name, getter in named:
+        try:
+            view = make_view(
+                engine, protocol, condition, getter(engine, condition), space, reference
+            )
+            value = float(protocol.metric(truth_view, view, ctx))
+            reason = "" if math.isfinite(value) else "metric undefined on these inputs"
+        except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
+            value, reason = math.nan, _failure(exc)
+        rows.append(_row(engine, condition, protocol, role, name, value, reason))
+    return rows
+
+
+def _dataset_task(
+    engine: Engine, protocol: Protocol, covariate: int, candidates: Sequence[Candidate]
+) -> list[dict[str, Any]]:
+    conditions = engine.conditions_of(covariate)
+    named = [(c.role, *c.resolve(protocol)) for c in candidates]
+    rows: list[dict[str, Any]] = []
+    try:
+        space = resolve_space(engine, protocol.space, int(conditions[0]))
+        references = [centering_vector(engine, protocol.centering, int(k)) for k in conditions]
+        truth = _stack(
+            engine, protocol, conditions, space, references, lambda e, k: e.source("truth", k)
+        )
+        ctx = DatasetContext(
+            covariate=engine.covariates[covariate],
+            perturbations=tuple(
+                engine.context.layout.conditions[int(k)].perturbation for k in conditions
+            ),
+            features=tuple(map(str, space.names)),
+            target_features=tuple(
+                space.positions_of(engine.target_genes(int(k))) for k in conditions
+            ),
+        )
+    except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
+        reason = _failure(exc)
+        for k in conditions:
+            rows.extend(
+                _row(engine, int(k), protocol, role, name, math.nan, reason)
+                for role, name, _ in named
+            )
+        return rows
+    for role, name, getter in named:
+        try:
+            candidate = _stack(engine, protocol, conditions, space, references, getter)
+            values = np.asarray(protocol.metric(truth, candidate, ctx), dtype=np.float64)
+            reasons = [
+                "" if math.isfinite(v) else "metric undefined on these inputs" for v in values
+            ]
+        except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
+            values = np.full(len(conditions), math.nan)
+            reasons = [_failure(exc)] * len(conditions)
+        for k, value, reason in zip(conditions, values, reasons, strict=True):
+            rows.append(_row(engine, int(k), protocol, role, name, float(value), reason))
+    return rows
+
+
+def _stack(
+    engine: Engine,
+    protocol: Protocol,
+    conditions: Iterable[int],
+    space: Any,
+    references: Sequence[np.ndarray | None],
+    getter: SourceGetter,
+) -> np.ndarray:
+    vectors = []
+    for k, reference in zip(conditions, references, strict=True):
+        source = getter(engine, int(k))
+        vector = source.centroid if reference is None else source.centroid - reference
+        vectors.append(space.vector(vector, is_delta=reference is not None))
+    return np.vstack(vectors)

@@ -1,0 +1,188 @@
+"""What is compared with the truth: controls, baselines and the truth itself.
+
+Every source is a registered function ``f(engine, condition_index)`` returning
+a :class:`SourceData`: a centroid over all genes and, for sources made of cells,
+their positions in the dataset and their moments (for differential expression).
+Definitions follow the science notes (truth halves and controls):
+
+- leave-one-out sources never contain the evaluated perturbation's cells;
+- cell samples are seeded from the run seed and the covariate group's name, and
+  shared by every perturbation of the group: a perturbation's sample is the
+  shared sample without its own cells.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from scperteval.metrics._common import DegenerateInput
+from scperteval.registry import Registry
+from scperteval.stats import GroupStats, subtract_group
+
+if TYPE_CHECKING:
+    from scperteval.engine.engine import Engine
+
+__all__ = ["SOURCES", "SourceData"]
+
+SOURCES = Registry("source")
+
+
+@dataclass(frozen=True, eq=False)
+class SourceData:
+    """A source's data for one perturbation.
+
+    Attributes
+    ----------
+    centroid
+        Mean expression over all genes, shape ``(n_genes,)``.
+    positions
+        Positions of the source's cells in the dataset, or ``None``.
+    rows
+        Explicit cells x genes rows (for data not in the dataset, e.g. model
+        predictions), or ``None``.
+    moments
+        One-group statistics of the cells (for DE), or ``None``.
+
+    """
+
+    centroid: np.ndarray
+    positions: np.ndarray | None = None
+    rows: Any = None
+    moments: GroupStats | None = None
+
+    @property
+    def has_cells(self) -> bool:
+        """Whether the source consists of cells (not only a centroid)."""
+        return self.positions is not None or self.rows is not None
+
+
+def _half_source(engine: Engine, condition: int, half: str) -> SourceData:
+    context = engine.context
+    return SourceData(
+        centroid=context.centroids(half)[condition],
+        positions=context.layout.positions(condition, half),
+        moments=context.condition_stats(half).select([condition]),
+    )
+
+
+@SOURCES.register(
+    "truth", description="ground truth: the truth half (all cells with --truth all)", cells=True
+)
+def truth(engine: Engine, condition: int) -> SourceData:
+    """The perturbation's truth half, or all its cells when scoring uncalibrated."""
+    return _half_source(engine, condition, engine.truth_half)
+
+
+@SOURCES.register(
+    "technical_duplicate", description="positive control: the other half of the cells", cells=True
+)
+def technical_duplicate(engine: Engine, condition: int) -> SourceData:
+    """The technical duplicate: the perturbation's cells outside the truth half."""
+    if engine.truth_half == "all":
+        raise DegenerateInput("no technical duplicate when the truth is all cells")
+    return _half_source(engine, condition, "duplicate")
+
+
+@SOURCES.register(
+    "interpolated_duplicate",
+    description="positive control: duplicate centroid shrunk to the dataset mean by 1 - padj",
+    cells=False,
+)
+def interpolated_duplicate(engine: Engine, condition: int) -> SourceData:
+    """``alpha * centroid(duplicate) + (1 - alpha) * dataset mean``, ``alpha = 1 - padj``.
+
+    ``padj`` is the duplicate's DE against the other perturbed cells (the
+    engine's DE method); a non-finite ``alpha`` counts as 0.
+    """
+    if engine.truth_half == "all":
+        raise DegenerateInput("no technical duplicate when the truth is all cells")
+    context = engine.context
+    padj = context.de(reference="rest", half="duplicate").pvalue_adj[condition]
+    alpha = np.where(np.isfinite(padj), 1.0 - padj, 0.0)
+    duplicate = context.centroids("duplicate")[condition]
+    return SourceData(
+        centroid=alpha * duplicate + (1.0 - alpha) * engine.dataset_means()[condition]
+    )
+
+
+@SOURCES.register(
+    "dataset_mean",
+    description="negative control: mean of the other perturbations' centroids",
+    cells=False,
+)
+def dataset_mean(engine: Engine, condition: int) -> SourceData:
+    """Mean of the centroids of the covariate group's other perturbations (leave-one-out)."""
+    return SourceData(centroid=engine.dataset_means()[condition])
+
+
+@SOURCES.register(
+    "global_mean", description="mean of all other perturbed cells of the group", cells=False
+)
+def global_mean(engine: Engine, condition: int) -> SourceData:
+    """Cell-weighted mean of the group's other perturbed cells (leave-one-out)."""
+    return SourceData(centroid=engine.context.rest_stats().mean[condition])
+
+
+@SOURCES.register(
+    "control_mean", description="negative control: mean of the control cells", cells=False
+)
+def control_mean(engine: Engine, condition: int) -> SourceData:
+    """Mean expression of the covariate group's control cells."""
+    return SourceData(centroid=engine.context.control_means()[condition])
+
+
+@SOURCES.register(
+    "all_perturbed_sample",
+    description="negative control: seeded sample of other perturbed cells (capped)",
+    cells=True,
+)
+def all_perturbed_sample(engine: Engine, condition: int) -> SourceData:
+    """The group's shared sample of perturbed cells without this perturbation's cells."""
+    sample, sample_stats = engine.perturbed_sample(engine.covariate_index(condition))
+    own = engine.context.layout.positions(condition, "all")
+    own_in_sample = np.intersect1d(sample, own, assume_unique=True)
+    positions = np.setdiff1d(sample, own, assume_unique=True)
+    if positions.size < 2:
+        raise DegenerateInput("fewer than 2 other perturbed cells to sample from")
+    moments = sample_stats
+    if own_in_sample.size:
+        moments = subtract_group(sample_stats, engine.moments_of(own_in_sample))
+    return SourceData(centroid=moments.mean[0], positions=positions, moments=moments)
+
+
+@SOURCES.register(
+    "control_cells",
+    description="negative control: seeded sample of control cells (capped)",
+    cells=True,
+)
+def control_cells(engine: Engine, condition: int) -> SourceData:
+    """A seeded sample (capped) of the covariate group's control cells."""
+    positions, moments = engine.control_sample(engine.covariate_index(condition))
+    return SourceData(centroid=moments.mean[0], positions=positions, moments=moments)
+
+
+@SOURCES.register(
+    "additive",
+    description="baseline for combinations: control mean plus each single's effect",
+    cells=False,
+)
+def additive(engine: Engine, condition: int) -> SourceData:
+    """``mu_c + sum_s (mu_s - mu_c)`` over the singles ``s`` of a combination ``A+B``."""
+    context = engine.context
+    layout = context.layout
+    target = layout.conditions[condition]
+    if not target.is_combination:
+        raise DegenerateInput(f"{target.perturbation!r} is not a combination")
+    control = context.control_means()[condition]
+    centroid = control.copy()
+    centroids = context.centroids("all")
+    for single in target.components:
+        try:
+            index = layout.index_of(target.covariate, single)
+        except KeyError:
+            raise DegenerateInput(f"single perturbation {single!r} is not in the data") from None
+        centroid += centroids[index] - control
+    return SourceData(centroid=centroid)

@@ -1,0 +1,185 @@
+"""Feature spaces a protocol can evaluate in.
+
+Every space is a registered function ``f(engine, condition_index, **options)``
+returning a :class:`~scperteval.engine.featuremap.FeatureMap`. Spaces chosen from
+the truth (``top_k``, ``degs_padj``) use the DE of the truth half against the
+other perturbed cells; none uses the positive or negative control. Metadata
+``per_condition=True`` marks spaces that differ between perturbations (they
+cannot serve dataset-scope protocols, which compare perturbations in one space).
+Unions and intersections of gene selections are written ``a | b`` and ``a & b``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from scperteval.engine.featuremap import FeatureMap
+from scperteval.errors import SpecError
+from scperteval.halves import derive_seed
+from scperteval.metrics._common import DegenerateInput
+from scperteval.registry import Registry
+
+if TYPE_CHECKING:
+    from scperteval.engine.engine import Engine
+
+__all__ = ["SPACES", "resolve_space"]
+
+SPACES = Registry("space")
+
+
+def _selection(engine: Engine, label: str, genes: np.ndarray) -> FeatureMap:
+    genes = np.asarray(genes, dtype=np.int64)
+    return FeatureMap(label=label, names=np.asarray(engine.genes)[genes], genes=genes)
+
+
+def _top(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest scores; ties broken by gene order, result sorted."""
+    k = min(int(k), scores.shape[0])
+    order = np.lexsort((np.arange(scores.shape[0]), -np.nan_to_num(scores, nan=-np.inf)))
+    return np.sort(order[:k])
+
+
+def _check_k(k: int) -> int:
+    if int(k) < 1:
+        raise SpecError(f"space size k must be at least 1, got {k}")
+    return int(k)
+
+
+@SPACES.register("full", description="all genes", per_condition=False)
+def full(engine: Engine, condition: int) -> FeatureMap:
+    """All genes of the dataset."""
+    return engine.memo(
+        ("space", "full"), lambda: _selection(engine, "full", np.arange(len(engine.genes)))
+    )
+
+
+@SPACES.register(
+    "top_k", description="k genes with the largest truth |t| vs the rest", per_condition=True
+)
+def top_k(engine: Engine, condition: int, *, k: int = 50) -> FeatureMap:
+    """The ``k`` genes with the largest ``|t|`` of the truth half vs the rest (ties: gene order)."""
+    _check_k(k)
+    statistic = engine.truth_de().statistic[condition]
+    return _selection(engine, f"top_k(k={k})", _top(np.abs(statistic), k))
+
+
+@SPACES.register(
+    "degs_padj", description="genes with truth adjusted p-value < alpha", per_condition=True
+)
+def degs_padj(engine: Engine, condition: int, *, alpha: float = 0.05) -> FeatureMap:
+    """Genes whose truth-half DE adjusted p-value is below ``alpha`` (may be empty: NaN)."""
+    genes = np.flatnonzero(engine.truth_de().pvalue_adj[condition] < alpha)
+    if genes.size == 0:
+        raise DegenerateInput(f"no gene has adjusted p-value < {alpha} in the truth")
+    return _selection(engine, f"degs_padj(alpha={alpha})", genes)
+
+
+@SPACES.register(
+    "hvg",
+    description="k most variable genes across the covariate group's cells",
+    per_condition=False,
+)
+def hvg(engine: Engine, condition: int, *, k: int = 2000) -> FeatureMap:
+    """The ``k`` genes of largest variance of log expression over all cells of the group."""
+    _check_k(k)
+    covariate = engine.covariate_index(condition)
+
+    def build() -> FeatureMap:
+        variance = engine.covariate_all_stats().variance()[covariate]
+        return _selection(engine, f"hvg(k={k})", _top(variance, k))
+
+    return engine.memo(("space", "hvg", k, covariate), build)
+
+
+@SPACES.register("heg", description="k genes most expressed in the controls", per_condition=False)
+def heg(engine: Engine, condition: int, *, k: int = 1000) -> FeatureMap:
+    """The ``k`` genes with the highest mean expression in the group's control cells."""
+    _check_k(k)
+    covariate = engine.covariate_index(condition)
+
+    def build() -> FeatureMap:
+        control_mean = engine.context.control_stats().mean[covariate]
+        return _selection(engine, f"heg(k={k})", _top(control_mean, k))
+
+    return engine.memo(("space", "heg", k, covariate), build)
+
+
+@SPACES.register(
+    "perturbed_genes", description="the perturbation's measured target gene(s)", per_condition=True
+)
+def perturbed_genes(engine: Engine, condition: int) -> FeatureMap:
+    """The measured genes named by the perturbation (each component of ``A+B``)."""
+    genes = engine.target_genes(condition)
+    if genes.size == 0:
+        raise DegenerateInput("the perturbation's target genes are not measured")
+    return _selection(engine, "perturbed_genes", genes)
+
+
+@SPACES.register(
+    "pca",
+    description="first k principal components (seeded fit per covariate group)",
+    per_condition=False,
+)
+def pca(engine: Engine, condition: int, *, k: int = 50) -> FeatureMap:
+    """Projection on the first ``k`` principal components of the group's cells.
+
+    Fitted on a seeded sample of at most ``engine.pca_cells`` cells of the
+    covariate group (controls and perturbed), log expression centred, not scaled,
+    by an exact SVD of the dense sample, so the fit is deterministic.
+    """
+    _check_k(k)
+    covariate = engine.covariate_index(condition)
+    return engine.memo(("space", "pca", k, covariate), lambda: _fit_pca(engine, covariate, k))
+
+
+def _fit_pca(engine: Engine, covariate: int, k: int) -> FeatureMap:
+    positions = engine.covariate_cells(covariate)
+    rng = np.random.default_rng(derive_seed(engine.seed, "pca", engine.covariates[covariate]))
+    if positions.size > engine.pca_cells:
+        positions = np.sort(rng.choice(positions, engine.pca_cells, replace=False))
+    rows = engine.context.dataset.rows(positions)
+    dense = rows.toarray() if hasattr(rows, "toarray") else np.asarray(rows)
+    dense = np.asarray(dense, dtype=np.float64)
+    offset = dense.mean(axis=0)
+    _, _, vt = np.linalg.svd(dense - offset, full_matrices=False)
+    n_components = min(k, vt.shape[0])
+    components = vt[:n_components].T.copy()
+    # Fix each component's sign (largest loading positive) so fits are comparable.
+    signs = np.sign(components[np.argmax(np.abs(components), axis=0), np.arange(n_components)])
+    components *= np.where(signs == 0, 1.0, signs)
+    names = np.array([f"PC{i + 1}" for i in range(n_components)])
+    return FeatureMap(label=f"pca(k={k})", names=names, components=components, offset=offset)
+
+
+def resolve_space(engine: Engine, spec: str, condition: int) -> FeatureMap:
+    """The feature map of a space spec for one condition (``a | b``, ``a & b`` allowed)."""
+    if "|" in spec or "&" in spec:
+        operator = "|" if "|" in spec else "&"
+        if "|" in spec and "&" in spec:
+            raise SpecError(f"space {spec!r}: mix of '|' and '&' is not supported")
+        parts = [resolve_space(engine, part.strip(), condition) for part in spec.split(operator)]
+        if not all(part.is_selection for part in parts):
+            raise SpecError(
+                f"space {spec!r}: only gene selections can be combined, not projections"
+            )
+        selections = [set(part.genes.tolist()) for part in parts if part.genes is not None]
+        combined = set.union(*selections) if operator == "|" else set.intersection(*selections)
+        if not combined:
+            raise DegenerateInput(f"space {spec!r} is empty for this perturbation")
+        return _selection(engine, spec, np.array(sorted(combined)))
+    bound = SPACES.resolve(spec)
+    return bound(engine, condition)  # type: ignore[no-any-return]
+
+
+def space_is_per_condition(spec: str) -> bool:
+    """Whether a space spec may differ between perturbations."""
+    from scperteval.registry import parse_spec
+
+    parts = [p.strip() for p in spec.replace("&", "|").split("|")]
+    result = False
+    for part in parts:
+        name, _ = parse_spec(part)
+        result |= bool(SPACES.get(str(name)).meta.get("per_condition", False))
+    return result

@@ -1,0 +1,186 @@
+"""Protocol suites: named lists of protocols stored as TOML data.
+
+A suite file has an optional ``description``, ``[[protocol]]`` tables (see
+``protocols/default.toml``) and optionally ``use = ["name", "family=value"]`` to
+take protocols from the default catalogue. Loading a suite parses data only: no
+code is executed, and every name and option is validated before any computation.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from scperteval.engine.protocol import Protocol, ProtocolFamily
+from scperteval.errors import SpecError
+
+__all__ = ["available_suites", "load_suite", "resolve_protocols", "Catalogue"]
+
+SUITE_PACKAGE = "scperteval.suites"
+ALIASES = {"all": "default"}
+
+
+class Catalogue:
+    """The protocols and families of one suite, addressable by name."""
+
+    def __init__(self, name: str, description: str, entries: Sequence[Mapping[str, Any]]) -> None:
+        self.name = name
+        self.description = description
+        self.families: dict[str, ProtocolFamily] = {}
+        self.order: list[str] = []
+        for entry in entries:
+            protocol_name = str(entry.get("name", ""))
+            if not protocol_name:
+                raise SpecError(f"suite {name!r}: a [[protocol]] table has no name")
+            if protocol_name in self.families:
+                raise SpecError(f"suite {name!r}: protocol {protocol_name!r} defined twice")
+            params = dict(entry.get("params", {}))
+            self.families[protocol_name] = ProtocolFamily(protocol_name, dict(entry), params)
+            self.order.append(protocol_name)
+
+    def protocols(self) -> list[Protocol]:
+        """Every protocol of the suite with its default parameters."""
+        return [self.families[name].instantiate() for name in self.order]
+
+    def get(self, text: str) -> Protocol:
+        """A protocol by name, ``family=value`` or ``family(p=v)``."""
+        base = text.split("=", 1)[0].split("(", 1)[0].strip()
+        if base not in self.families:
+            raise SpecError(
+                f"unknown protocol {text!r} in suite {self.name!r}; valid names: "
+                f"{', '.join(self.order)}"
+            )
+        family = self.families[base]
+        if base == text.strip():
+            return family.instantiate()
+        return family.instantiate_from_text(text.strip())
+
+
+def available_suites() -> dict[str, str]:
+    """Names and descriptions of the suites shipped with scperteval."""
+    found = {}
+    for item in sorted(resources.files(SUITE_PACKAGE).iterdir(), key=lambda p: p.name):
+        if item.name.endswith(".toml"):
+            data = tomllib.loads(item.read_text(encoding="utf-8"))
+            found[item.name[: -len(".toml")]] = str(data.get("description", ""))
+    return found
+
+
+def _read(name_or_path: str) -> tuple[str, dict[str, Any]]:
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.exists():
+            raise SpecError(f"suite file {path} not found")
+        try:
+            return path.stem, tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise SpecError(f"{path}: not valid TOML ({exc})") from None
+    name = ALIASES.get(name_or_path, name_or_path)
+    resource = resources.files(SUITE_PACKAGE) / f"{name}.toml"
+    if not resource.is_file():
+        raise SpecError(
+            f"unknown suite {name_or_path!r}; shipped suites: {', '.join(available_suites())} "
+            "(or give a path to a .toml file)"
+        )
+    return name, tomllib.loads(resource.read_text(encoding="utf-8"))
+
+
+def load_catalogue(name_or_path: str = "default") -> Catalogue:
+    """Parse a suite (shipped name or path) into a :class:`Catalogue`."""
+    name, data = _read(name_or_path)
+    unknown = sorted(set(data) - {"description", "protocol", "use"})
+    if unknown:
+        raise SpecError(
+            f"suite {name!r}: unknown key(s) {', '.join(unknown)}; "
+            "valid: description, protocol, use"
+        )
+    return Catalogue(name, str(data.get("description", "")), list(data.get("protocol", [])))
+
+
+def load_suite(name_or_path: str = "default") -> list[Protocol]:
+    """The validated protocols of a suite (shipped name such as ``default`` or a TOML path).
+
+    Parameters
+    ----------
+    name_or_path
+        ``default`` (alias ``all``), ``miller2025``, ``ahlmann_eltze2025``,
+        ``vcc2025``, or a path to a TOML file.
+
+    Returns
+    -------
+    list of Protocol
+        In the order of the file (``use`` entries first).
+
+    """
+    name, data = _read(name_or_path)
+    catalogue = load_catalogue(name_or_path)
+    protocols: list[Protocol] = []
+    if data.get("use"):
+        default = load_catalogue("default")
+        protocols.extend(default.get(str(item)) for item in data["use"])
+    protocols.extend(catalogue.protocols())
+    _check_unique(protocols)
+    return protocols
+
+
+def resolve_protocols(spec: str | Protocol | Iterable[Any]) -> list[Protocol]:
+    """Protocols from a suite name, a TOML path, comma-separated names, or objects.
+
+    Names are looked up in the default catalogue (``mse_top_k=30`` instantiates a
+    family). A :class:`Protocol` or a mapping (a TOML-like table) is used as given.
+    """
+    if isinstance(spec, Protocol):
+        return [spec]
+    if isinstance(spec, Mapping):
+        return [Protocol.from_mapping(spec)]
+    if isinstance(spec, str):
+        text = spec.strip()
+        if "," not in text and (text.endswith(".toml") or Path(text).is_file() or _is_suite(text)):
+            return load_suite(text)
+        items: list[Any] = [part.strip() for part in _split_names(text) if part.strip()]
+    else:
+        items = list(spec)
+    protocols: list[Protocol] = []
+    default: Catalogue | None = None
+    for item in items:
+        if isinstance(item, Protocol):
+            protocols.append(item)
+        elif isinstance(item, Mapping):
+            protocols.append(Protocol.from_mapping(item))
+        elif isinstance(item, str) and (_is_suite(item) or item.endswith(".toml")):
+            protocols.extend(load_suite(item))
+        else:
+            default = default or load_catalogue("default")
+            protocols.append(default.get(str(item)))
+    _check_unique(protocols)
+    return protocols
+
+
+def _is_suite(name: str) -> bool:
+    return ALIASES.get(name, name) in available_suites()
+
+
+def _split_names(text: str) -> list[str]:
+    """Split on commas outside parentheses (``a(k=1, j=2), b``)."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += char == "("
+        depth -= char == ")"
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    return parts
+
+
+def _check_unique(protocols: Sequence[Protocol]) -> None:
+    seen: set[str] = set()
+    for protocol in protocols:
+        if protocol.name in seen:
+            raise SpecError(f"protocol {protocol.name!r} given twice")
+        seen.add(protocol.name)

@@ -1,0 +1,109 @@
+"""Views: what a metric sees of a source, per representation, space and centering."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from scperteval.diffexp import adjust_pvalues, welch_t_test
+from scperteval.engine.featuremap import FeatureMap
+from scperteval.engine.sources import SourceData
+from scperteval.metrics import DegenerateInput, DEView, PerturbationContext
+from scperteval.metrics.weights import deg_weights_from_statistic
+
+if TYPE_CHECKING:
+    from scperteval.engine.engine import Engine
+    from scperteval.engine.protocol import Protocol
+
+__all__ = ["centering_vector", "make_view", "metric_context"]
+
+
+def centering_vector(engine: Engine, centering: str, condition: int) -> np.ndarray | None:
+    """Full-gene reference subtracted from truth and candidate (``None``: no centering)."""
+    if centering == "control":
+        return engine.context.control_means()[condition]
+    if centering == "perturbed":
+        return engine.dataset_means()[condition]
+    return None
+
+
+def make_view(
+    engine: Engine,
+    protocol: Protocol,
+    condition: int,
+    source: SourceData,
+    space: FeatureMap,
+    reference: np.ndarray | None,
+) -> object:
+    """The view of ``source`` a metric of ``protocol`` receives for one condition."""
+    if protocol.representation == "centroid":
+        vector = source.centroid if reference is None else source.centroid - reference
+        return space.vector(vector, is_delta=reference is not None)
+    if protocol.representation == "population":
+        if source.rows is not None:
+            rows = source.rows
+        elif source.positions is not None:
+            rows = engine.context.dataset.rows(source.positions)
+        else:
+            raise DegenerateInput("this source has no cells for a population metric")
+        cells = space.matrix(rows)
+        if reference is not None:
+            cells -= space.vector(reference)
+        return cells
+    return _de_view(engine, condition, source, space)
+
+
+def _de_view(engine: Engine, condition: int, source: SourceData, space: FeatureMap) -> DEView:
+    """DE of a source against the truth's reference (the other perturbed cells).
+
+    Cells: Welch t from their moments. A centroid without cells: its difference
+    from the reference mean ranks the genes (no p-values).
+    """
+    assert space.genes is not None
+    rest = engine.context.rest_stats().select([condition])
+    if source.moments is not None:
+        moments = source.moments
+        statistic, pvalue = welch_t_test(
+            moments.n[:, None],
+            moments.mean,
+            moments.variance(),
+            rest.n[:, None],
+            rest.mean,
+            rest.variance(),
+            overestimate_variance=engine.context.de_method == "t-test_overestim_var",
+        )
+        padj = adjust_pvalues(pvalue)[0]
+        statistic = statistic[0]
+    else:
+        statistic = source.centroid - rest.mean[0]
+        padj = np.full(statistic.shape, np.nan)
+    return DEView(statistic=statistic[space.genes], pvalue_adj=padj[space.genes])
+
+
+def metric_context(
+    engine: Engine, protocol: Protocol, condition: int, space: FeatureMap
+) -> PerturbationContext:
+    """The explicit per-perturbation context given to a metric."""
+    layout = engine.context.layout
+    target = layout.conditions[condition]
+    weights = None
+    if "weights" in protocol.metric.entry.meta.get("needs", ()):
+        weights = _space_weights(engine, condition, space)
+    return PerturbationContext(
+        perturbation=target.perturbation,
+        covariate=target.covariate,
+        features=tuple(map(str, space.names)),
+        weights=weights,
+        target_features=space.positions_of(engine.target_genes(condition)),
+        seed=engine.seed,
+    )
+
+
+def _space_weights(engine: Engine, condition: int, space: FeatureMap) -> np.ndarray:
+    if space.genes is None:
+        raise DegenerateInput("DEG weights are defined on genes, not on a projection")
+    statistic = engine.truth_de().statistic[condition]
+    exponent = engine.context.weight_exponent
+    # Weights are recomputed on the space's genes so they stay min-max normalised there.
+    return deg_weights_from_statistic(statistic[space.genes], exponent)

@@ -1,0 +1,110 @@
+"""Assignment of cells to statistic groups (condition x half, controls per covariate)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from scperteval.dataset import Condition, Dataset
+from scperteval.halves import split_halves
+
+__all__ = ["GroupLayout", "HALVES"]
+
+HALVES = ("all", "truth", "duplicate")
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """Group codes of every cell.
+
+    Group ``2k`` holds the truth half of condition ``k``, group ``2k + 1`` its
+    technical duplicate, and group ``2P + c`` the control cells of covariate
+    group ``c`` (``P`` conditions). Cells of perturbations left out by
+    ``min_cells`` have code ``-1``.
+
+    Attributes
+    ----------
+    conditions
+        The evaluated conditions, in order.
+    covariates
+        Covariate group names, in order.
+    condition_covariate
+        Index into ``covariates`` of each condition.
+    codes
+        Group code of every kept cell of the dataset.
+
+    """
+
+    conditions: tuple[Condition, ...]
+    covariates: tuple[str, ...]
+    condition_covariate: np.ndarray
+    codes: np.ndarray
+
+    @property
+    def n_conditions(self) -> int:
+        """Number of conditions ``P``."""
+        return len(self.conditions)
+
+    @property
+    def n_groups(self) -> int:
+        """Total number of groups ``2P + C``."""
+        return 2 * len(self.conditions) + len(self.covariates)
+
+    def control_group(self, covariate_index: int) -> int:
+        """Group code of the control cells of a covariate group."""
+        return 2 * len(self.conditions) + covariate_index
+
+    def positions(self, condition_index: int, half: str = "all") -> np.ndarray:
+        """Sorted cell positions of a condition's half (``all``, ``truth``, ``duplicate``)."""
+        if half == "truth":
+            wanted = [2 * condition_index]
+        elif half == "duplicate":
+            wanted = [2 * condition_index + 1]
+        elif half == "all":
+            wanted = [2 * condition_index, 2 * condition_index + 1]
+        else:
+            raise ValueError(f"unknown half {half!r}; valid: {', '.join(HALVES)}")
+        return np.flatnonzero(np.isin(self.codes, wanted))
+
+    def control_positions(self, covariate_index: int) -> np.ndarray:
+        """Sorted cell positions of a covariate group's controls."""
+        return np.flatnonzero(self.codes == self.control_group(covariate_index))
+
+    def index_of(self, covariate: str, perturbation: str) -> int:
+        """Index of a condition; ``KeyError`` naming it when absent."""
+        for k, condition in enumerate(self.conditions):
+            if condition.covariate == covariate and condition.perturbation == perturbation:
+                return k
+        raise KeyError(f"no perturbation {perturbation!r} in covariate group {covariate!r}")
+
+    @classmethod
+    def build(cls, dataset: Dataset, seed: int) -> GroupLayout:
+        """Assign every kept cell of ``dataset`` to its group, splitting halves by ``seed``."""
+        conditions = tuple(dataset.conditions)
+        covariates = tuple(dataset.covariates)
+        covariate_index = {name: i for i, name in enumerate(covariates)}
+        codes = np.full(dataset.n_cells, -1, dtype=np.int64)
+        keys = np.char.add(
+            np.char.add(dataset.covariate_labels.astype(str), "\x1f"),
+            dataset.perturbation_labels.astype(str),
+        )
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
+        for k, condition in enumerate(conditions):
+            key = f"{condition.covariate}\x1f{condition.perturbation}"
+            lo = np.searchsorted(sorted_keys, key, side="left")
+            hi = np.searchsorted(sorted_keys, key, side="right")
+            positions = np.sort(order[lo:hi])
+            truth, duplicate = split_halves(
+                positions, seed, condition.covariate, condition.perturbation
+            )
+            codes[truth] = 2 * k
+            codes[duplicate] = 2 * k + 1
+        controls = dataset.perturbation_labels == dataset.control_label
+        for name, c in covariate_index.items():
+            codes[controls & (dataset.covariate_labels == name)] = 2 * len(conditions) + c
+        condition_covariate = np.array(
+            [covariate_index[c.covariate] for c in conditions], dtype=np.int64
+        )
+        return cls(conditions, covariates, condition_covariate, codes)

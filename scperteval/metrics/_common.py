@@ -1,0 +1,91 @@
+"""Input checks shared by the metric modules, and the error for undefined inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+from scipy import sparse
+
+from scperteval.errors import ScpertevalError
+
+__all__ = ["DegenerateInput", "as_vector", "as_vector_pair", "as_matrix"]
+
+
+class DegenerateInput(ScpertevalError, ValueError):
+    """A metric is undefined on inputs that are well-formed in type and shape.
+
+    Examples: a point cloud with fewer cells than an unbiased estimator needs, a DE
+    result with no positive gene, non-finite values. Whoever runs many metrics records
+    such a case as NaN together with :attr:`reason`, so that it is counted instead of
+    crashing the run or vanishing from it.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _check_finite(values: npt.NDArray[np.float64], what: str) -> None:
+    if not np.isfinite(values).all():
+        bad = int(values.size - np.count_nonzero(np.isfinite(values)))
+        raise DegenerateInput(f"{what} contains {bad} non-finite value(s)")
+
+
+def as_vector(values: npt.ArrayLike, what: str) -> npt.NDArray[np.float64]:
+    """Return ``values`` as a finite 1-D float64 array.
+
+    Raises
+    ------
+    ValueError
+        If ``values`` is not one-dimensional.
+    DegenerateInput
+        If it contains NaN or infinity.
+
+    """
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1:
+        raise ValueError(f"{what} must be one-dimensional, got shape {array.shape}")
+    _check_finite(array, what)
+    return array
+
+
+def as_vector_pair(
+    gt: npt.ArrayLike, pred: npt.ArrayLike
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Return truth and prediction as finite 1-D float64 arrays of one length.
+
+    Raises
+    ------
+    ValueError
+        If either is not one-dimensional or the lengths differ.
+    DegenerateInput
+        If either is empty or contains NaN or infinity.
+
+    """
+    x = as_vector(gt, "truth")
+    y = as_vector(pred, "prediction")
+    if x.shape != y.shape:
+        raise ValueError(f"truth has {x.size} features but prediction has {y.size}")
+    if x.size == 0:
+        raise DegenerateInput("truth and prediction have no features")
+    return x, y
+
+
+def as_matrix(values: npt.ArrayLike, what: str) -> npt.NDArray[np.float64]:
+    """Return ``values`` (dense or scipy sparse) as a finite 2-D C-contiguous float64 array.
+
+    Raises
+    ------
+    ValueError
+        If ``values`` is not two-dimensional.
+    DegenerateInput
+        If it contains NaN or infinity.
+
+    """
+    if sparse.issparse(values):
+        values = values.toarray()  # type: ignore[union-attr]
+    array = np.ascontiguousarray(values, dtype=np.float64)
+    if array.ndim != 2:
+        raise ValueError(f"{what} must be two-dimensional, got shape {array.shape}")
+    _check_finite(array, what)
+    return array

@@ -1,0 +1,13 @@
+"""The metric registry, kept apart so that metric modules can register without import cycles."""
+
+from __future__ import annotations
+
+from scperteval.registry import Registry
+
+__all__ = ["METRICS"]
+
+#: Every metric of :mod:`scperteval.metrics`, registered by name with its metadata:
+#: ``representation`` ("centroid", "population" or "de"), ``scope`` ("perturbation" or
+#: "dataset"), ``better`` ("higher" or "lower"), ``perfect`` (the ideal value) and, where a
+#: metric needs more than the two datapoints, ``needs`` (names of context fields it reads).
+METRICS = Registry("metric")

@@ -1,0 +1,483 @@
+"""Dataset-scope rank metrics: every perturbation of a covariate group at once.
+
+Inputs are two matrices (perturbations x features) whose row ``i`` holds the truth and
+the prediction of the same perturbation. Every function has the signature
+``f(gt, pred, ctx=None, **options)`` and returns one value per row (float64 array).
+
+All metrics read the distance matrix ``D[i, j] = d(pred_i, truth_j)``
+(:func:`distance_matrix`), computed with whole-matrix operations. Ranks only depend on
+the order of distances, so squared Euclidean distance ranks exactly as Euclidean
+distance does.
+
+Tie rule, common to all: a competitor at a distance equal to the true one counts
+against the prediction. Identical rows (of the prediction, or of the truth) are
+detected before distances are computed, so they get bit-identical distances and the
+rule applies to them exactly. Consequences for a constant (mode-collapsed) predictor,
+whose rows are all equal:
+
+- :func:`rank` is 1 for every perturbation, the worst value: all predictions are tied.
+- :func:`transpose_rank`, :func:`nir` and :func:`pds` compare one prediction with all
+  truths, so a constant prediction ranks the truths by their distance to it: the mean
+  over perturbations is exactly chance level (0.5, or ``(n + 1) / (2 n)`` for PDS)
+  when no two truths are equidistant, and the worst value for truths it cannot tell
+  apart.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from scperteval.metrics._common import DegenerateInput, as_matrix
+from scperteval.metrics._registry import METRICS
+from scperteval.metrics.context import DatasetContext
+
+__all__ = [
+    "rank",
+    "transpose_rank",
+    "nir",
+    "pds",
+    "distance_matrix",
+    "rank_from_distances",
+    "transpose_rank_from_distances",
+    "nir_from_distances",
+    "pds_from_distances",
+]
+
+Float64Array = npt.NDArray[np.float64]
+Distance = Literal["sqeuclidean", "l1", "cosine"]
+_DISTANCES = ("sqeuclidean", "l1", "cosine")
+
+# Memory bound, in bytes, for the broadcast block of the L1 distance.
+_L1_BLOCK_BYTES = 64 * 2**20
+
+
+# ------------------------------------------------------------------------- distances
+
+
+def _unique_rows(matrix: Float64Array) -> tuple[Float64Array, npt.NDArray[np.intp]]:
+    unique, inverse = np.unique(matrix, axis=0, return_inverse=True)
+    return unique, inverse.reshape(-1)
+
+
+def _distances_of_unique(
+    pred: Float64Array, truth: Float64Array, keep: Float64Array | None, distance: str
+) -> Float64Array:
+    if distance == "sqeuclidean":
+        # A common shift leaves distances unchanged and shrinks the cancellation error
+        # of the expansion ||p||^2 + ||t||^2 - 2 p.t.
+        shift = truth.mean(axis=0)
+        p, t = pred - shift, truth - shift
+        if keep is not None:
+            p = p * keep
+            truth_norms = keep @ (t * t).T
+        else:
+            truth_norms = np.einsum("ij,ij->i", t, t)[None, :]
+        d = p @ t.T
+        d *= -2.0
+        d += np.einsum("ij,ij->i", p, p)[:, None]
+        d += truth_norms
+        result: Float64Array = np.maximum(d, 0.0)
+        return result
+    if distance == "cosine":
+        p = pred if keep is None else pred * keep
+        dot = p @ truth.T
+        pred_norms = np.sqrt(np.einsum("ij,ij->i", p, p))[:, None]
+        if keep is not None:
+            truth_norms = np.sqrt(keep @ (truth * truth).T)
+        else:
+            truth_norms = np.sqrt(np.einsum("ij,ij->i", truth, truth))[None, :]
+        denominator = pred_norms * truth_norms
+        # A zero vector has no direction: similarity 0 (distance 1) to everything, the
+        # convention of sklearn.metrics.pairwise.cosine_similarity.
+        similarity = np.divide(dot, denominator, out=np.zeros_like(dot), where=denominator > 0)
+        return 1.0 - np.clip(similarity, -1.0, 1.0)
+    # l1: no matrix-product form; broadcast over blocks of prediction rows.
+    n_pred, n_truth = pred.shape[0], truth.shape[0]
+    rows = max(1, _L1_BLOCK_BYTES // (8 * max(n_truth * truth.shape[1], 1)))
+    out = np.empty((n_pred, n_truth))
+    for start in range(0, n_pred, rows):
+        stop = start + rows
+        diff = np.abs(pred[start:stop, None, :] - truth[None, :, :])
+        if keep is not None:
+            diff *= keep[start:stop, None, :]
+        out[start:stop] = diff.sum(axis=2)
+    return out
+
+
+def distance_matrix(
+    pred: npt.ArrayLike,
+    truth: npt.ArrayLike,
+    *,
+    distance: Distance = "sqeuclidean",
+    keep: npt.ArrayLike | None = None,
+) -> Float64Array:
+    """Distances ``D[i, j] = d(pred_i, truth_j)`` between all rows.
+
+    Parameters
+    ----------
+    pred, truth
+        Matrices with the same number of columns (rows are perturbations).
+    distance
+        ``"sqeuclidean"`` (``||p - t||^2``), ``"l1"`` (``sum |p - t|``) or ``"cosine"``
+        (``1 - cos(p, t)``; a zero vector is at distance 1 from everything).
+    keep
+        Optional 0/1 matrix shaped like ``pred``: row ``i`` of ``D`` is computed over
+        the columns where ``keep[i]`` is 1 only (in both ``pred_i`` and every
+        ``truth_j``).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(len(pred), len(truth))`` float64 matrix. Rows of ``pred`` (with their
+        ``keep`` row) that are identical get identical rows of ``D``, bit for bit; so do
+        identical rows of ``truth`` in the columns of ``D``.
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not match or ``distance`` is unknown.
+    DegenerateInput
+        If an input has non-finite values.
+
+    """
+    if distance not in _DISTANCES:
+        raise ValueError(f"unknown distance {distance!r}; valid: {', '.join(_DISTANCES)}")
+    p = as_matrix(pred, "predictions")
+    t = as_matrix(truth, "truths")
+    if p.shape[1] != t.shape[1]:
+        raise ValueError(f"predictions have {p.shape[1]} features but truths have {t.shape[1]}")
+    mask: Float64Array | None = None
+    if keep is not None:
+        mask = np.asarray(keep, dtype=np.float64)
+        if mask.shape != p.shape:
+            raise ValueError(f"keep has shape {mask.shape}, predictions {p.shape}")
+    # BLAS may round identical rows differently depending on their position; computing
+    # each distinct row once makes ties between identical rows exact.
+    key = p if mask is None else np.hstack([p, mask])
+    unique_key, pred_index = _unique_rows(key)
+    unique_pred = unique_key[:, : p.shape[1]]
+    unique_mask = None if mask is None else np.ascontiguousarray(unique_key[:, p.shape[1] :])
+    unique_truth, truth_index = _unique_rows(t)
+    unique_distances = _distances_of_unique(
+        np.ascontiguousarray(unique_pred), unique_truth, unique_mask, distance
+    )
+    result: Float64Array = unique_distances[pred_index][:, truth_index]
+    return result
+
+
+# ------------------------------------------------------------------- from distances
+
+
+def _square(distances: npt.ArrayLike) -> Float64Array:
+    d = np.asarray(distances, dtype=np.float64)
+    if d.ndim != 2 or d.shape[0] != d.shape[1]:
+        raise ValueError(f"distances must be a square matrix, got shape {d.shape}")
+    if d.shape[0] < 2:
+        raise DegenerateInput(
+            f"rank metrics need at least 2 perturbations in a covariate group, got {d.shape[0]}"
+        )
+    if np.isnan(d).any():
+        raise DegenerateInput("distance matrix contains NaN")
+    return d
+
+
+def _competitors_per_truth(d: Float64Array) -> Float64Array:
+    """For each truth j: predictions i != j at distance <= d(pred_j, truth_j)."""
+    counts = (d <= np.diag(d)[None, :]).sum(axis=0) - 1
+    return counts.astype(np.float64)
+
+
+def _competitors_per_prediction(d: Float64Array) -> Float64Array:
+    """For each prediction i: truths j != i at distance <= d(pred_i, truth_i)."""
+    counts = (d <= np.diag(d)[:, None]).sum(axis=1) - 1
+    return counts.astype(np.float64)
+
+
+def rank_from_distances(distances: npt.ArrayLike) -> Float64Array:
+    """Reference-centric rank from ``D[i, j] = d(pred_i, truth_j)``; see :func:`rank`.
+
+    Raises
+    ------
+    DegenerateInput
+        If there are fewer than 2 perturbations or ``D`` has NaN.
+
+    """
+    d = _square(distances)
+    result: Float64Array = _competitors_per_truth(d) / (d.shape[0] - 1)
+    return result
+
+
+def transpose_rank_from_distances(distances: npt.ArrayLike) -> Float64Array:
+    """Transpose rank from ``D[i, j] = d(pred_i, truth_j)``; see :func:`transpose_rank`.
+
+    Raises
+    ------
+    DegenerateInput
+        If there are fewer than 2 perturbations or ``D`` has NaN.
+
+    """
+    d = _square(distances)
+    result: Float64Array = _competitors_per_prediction(d) / (d.shape[0] - 1)
+    return result
+
+
+def nir_from_distances(distances: npt.ArrayLike) -> Float64Array:
+    """NIR from ``D[i, j] = d(pred_i, truth_j)``; see :func:`nir`.
+
+    Raises
+    ------
+    DegenerateInput
+        If there are fewer than 2 perturbations or ``D`` has NaN.
+
+    Examples
+    --------
+    >>> nir_from_distances([[1, 2, 3], [0.5, 1, 4], [2, 1.5, 1]])
+    array([1. , 0.5, 1. ])
+
+    """
+    d = _square(distances)
+    farther = (d > np.diag(d)[:, None]).sum(axis=1)
+    result: Float64Array = farther / (d.shape[0] - 1.0)
+    return result
+
+
+def pds_from_distances(distances: npt.ArrayLike) -> Float64Array:
+    """Perturbation discrimination score from ``D[i, j] = d(pred_i, truth_j)``; see :func:`pds`.
+
+    Raises
+    ------
+    DegenerateInput
+        If there are fewer than 2 perturbations or ``D`` has NaN.
+
+    """
+    d = _square(distances)
+    result: Float64Array = 1.0 - _competitors_per_prediction(d) / d.shape[0]
+    return result
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def _matrix_pair(gt: npt.ArrayLike, pred: npt.ArrayLike) -> tuple[Float64Array, Float64Array]:
+    truth = as_matrix(gt, "truths")
+    prediction = as_matrix(pred, "predictions")
+    if truth.shape != prediction.shape:
+        raise ValueError(
+            f"truths have shape {truth.shape} but predictions {prediction.shape}; "
+            "row i of each must be the same perturbation"
+        )
+    return truth, prediction
+
+
+@METRICS.register(
+    "rank",
+    description="reference-centric rank of each prediction among all predictions (PerturBench)",
+    representation="centroid",
+    scope="dataset",
+    better="lower",
+    perfect=0.0,
+)
+def rank(
+    gt: npt.ArrayLike,
+    pred: npt.ArrayLike,
+    ctx: DatasetContext | None = None,
+    *,
+    distance: Distance = "sqeuclidean",
+) -> Float64Array:
+    """Rank of each perturbation's prediction among all predictions, seen from its truth.
+
+    For truth ``j``: ``#{i != j : d(pred_i, truth_j) <= d(pred_j, truth_j)} / (n - 1)``
+    (Wu et al., PerturBench). Ties count against the prediction.
+
+    Parameters
+    ----------
+    gt, pred
+        ``n x features`` matrices; row ``i`` of both is perturbation ``i``.
+    ctx
+        Unused; accepted for the common metric signature.
+    distance
+        ``"sqeuclidean"`` (default), ``"l1"`` or ``"cosine"``; see :func:`distance_matrix`.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``n`` values in [0, 1]; lower is better, 0 is perfect (the own prediction is
+        the strictly closest one). A constant predictor gets 1 everywhere.
+
+    Raises
+    ------
+    DegenerateInput
+        If there are fewer than 2 perturbations or non-finite values.
+
+    """
+    truth, prediction = _matrix_pair(gt, pred)
+    return rank_from_distances(distance_matrix(prediction, truth, distance=distance))
+
+
+@METRICS.register(
+    "transpose_rank",
+    description="rank of each truth among all truths, seen from its prediction",
+    representation="centroid",
+    scope="dataset",
+    better="lower",
+    perfect=0.0,
+)
+def transpose_rank(
+    gt: npt.ArrayLike,
+    pred: npt.ArrayLike,
+    ctx: DatasetContext | None = None,
+    *,
+    distance: Distance = "sqeuclidean",
+) -> Float64Array:
+    """Rank of each perturbation's truth among all truths, seen from its prediction.
+
+    For prediction ``i``: ``#{j != i : d(pred_i, truth_j) <= d(pred_i, truth_i)} / (n - 1)``.
+    Ties count against the prediction.
+
+    Parameters
+    ----------
+    gt, pred
+        ``n x features`` matrices; row ``i`` of both is perturbation ``i``.
+    ctx
+        Unused; accepted for the common metric signature.
+    distance
+        ``"sqeuclidean"`` (default), ``"l1"`` or ``"cosine"``; see :func:`distance_matrix`.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``n`` values in [0, 1]; lower is better, 0 is perfect. A constant predictor has
+        mean 0.5 (chance) when no two truths are equidistant from it.
+
+    Raises
+    ------
+    DegenerateInput
+        If there are fewer than 2 perturbations or non-finite values.
+
+    """
+    truth, prediction = _matrix_pair(gt, pred)
+    return transpose_rank_from_distances(distance_matrix(prediction, truth, distance=distance))
+
+
+@METRICS.register(
+    "nir",
+    description="fraction of other truths farther from the prediction than its own (Miller)",
+    representation="centroid",
+    scope="dataset",
+    better="higher",
+    perfect=1.0,
+)
+def nir(
+    gt: npt.ArrayLike,
+    pred: npt.ArrayLike,
+    ctx: DatasetContext | None = None,
+    *,
+    distance: Distance = "sqeuclidean",
+) -> Float64Array:
+    """Fraction of the other truths strictly farther from each prediction than its own truth.
+
+    For prediction ``i``: ``#{j != i : d(pred_i, truth_j) > d(pred_i, truth_i)} / (n - 1)``,
+    which is ``1 - transpose_rank`` (Miller et al. 2025; Systema's centroid accuracy).
+    Ties count against the prediction.
+
+    Parameters
+    ----------
+    gt, pred
+        ``n x features`` matrices; row ``i`` of both is perturbation ``i``.
+    ctx
+        Unused; accepted for the common metric signature.
+    distance
+        ``"sqeuclidean"`` (default), ``"l1"`` or ``"cosine"``; see :func:`distance_matrix`.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``n`` values in [0, 1]; higher is better, 1 is perfect. A constant predictor has
+        mean 0.5 (chance) when no two truths are equidistant from it.
+
+    Raises
+    ------
+    DegenerateInput
+        If there are fewer than 2 perturbations or non-finite values.
+
+    """
+    truth, prediction = _matrix_pair(gt, pred)
+    return nir_from_distances(distance_matrix(prediction, truth, distance=distance))
+
+
+@METRICS.register(
+    "pds",
+    description="perturbation discrimination score, target genes excluded (Virtual Cell Challenge)",
+    representation="centroid",
+    scope="dataset",
+    better="higher",
+    perfect=1.0,
+    needs=("target_features",),
+)
+def pds(
+    gt: npt.ArrayLike,
+    pred: npt.ArrayLike,
+    ctx: DatasetContext | None = None,
+    *,
+    distance: Distance = "l1",
+    exclude_targets: bool = True,
+) -> Float64Array:
+    """Perturbation discrimination score of the Virtual Cell Challenge.
+
+    For prediction ``i``, the distances ``d_i(pred_i, truth_j)`` are computed over all
+    features except perturbation ``i``'s target genes (``ctx.target_features[i]``),
+    and ``PDS_i = 1 - r_i / n`` with
+    ``r_i = #{j != i : d_i(pred_i, truth_j) <= d_i(pred_i, truth_i)}``, the number of
+    other truths at least as close as the right one (ties count against the
+    prediction). The inputs should be deltas against the control, as in the challenge.
+
+    Parameters
+    ----------
+    gt, pred
+        ``n x features`` matrices of deltas; row ``i`` of both is perturbation ``i``.
+    ctx
+        Context whose ``target_features`` name the columns to leave out per row;
+        required when ``exclude_targets`` is true.
+    distance
+        ``"l1"`` (default, the challenge's choice), ``"sqeuclidean"`` or ``"cosine"``.
+    exclude_targets
+        Leave each row's target-gene columns out of its distances.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``n`` values in [1/n, 1]; higher is better, 1 is perfect. A constant predictor
+        has mean ``(n + 1) / (2 n)`` (chance) when no two truths are equidistant from it.
+
+    Raises
+    ------
+    ValueError
+        If ``exclude_targets`` is true and ``ctx`` is missing or has target features
+        for another number of rows.
+    DegenerateInput
+        If there are fewer than 2 perturbations or non-finite values.
+
+    """
+    truth, prediction = _matrix_pair(gt, pred)
+    keep = None
+    if exclude_targets:
+        if ctx is None:
+            raise ValueError("pds needs a DatasetContext with target_features to exclude")
+        if len(ctx.target_features) != truth.shape[0]:
+            raise ValueError(
+                f"context has target features for {len(ctx.target_features)} perturbations, "
+                f"the matrices have {truth.shape[0]} rows"
+            )
+        rows = [i for i, targets in enumerate(ctx.target_features) for _ in targets]
+        columns = [t for targets in ctx.target_features for t in targets]
+        if any(c >= truth.shape[1] for c in columns):
+            raise ValueError(
+                f"target feature index {max(columns)} outside the {truth.shape[1]} features"
+            )
+        if rows:
+            keep = np.ones_like(prediction)
+            keep[rows, columns] = 0.0
+    return pds_from_distances(distance_matrix(prediction, truth, distance=distance, keep=keep))

@@ -1,0 +1,257 @@
+"""Perturbation-scope metrics on differential-expression results.
+
+The truth's DE result defines which genes are differentially expressed; the
+prediction's DE statistic ranks genes by ``|statistic|``. Both are :class:`DEView`
+objects aligned by feature. Every metric has the signature
+``f(gt, pred, ctx=None, **options) -> float``, and all are higher-is-better with 1
+perfect.
+
+Shared rules:
+
+- A gene is a positive when the truth's adjusted p-value is below ``alpha``; a NaN
+  p-value is not a positive.
+- A NaN statistic (a gene without variance in either group) ranks as ``|t| = 0``, the
+  lowest possible evidence; an infinite statistic ranks above every finite one.
+- AUPRC and AUROC are undefined when the truth has no positive or no negative gene:
+  they raise :class:`~scperteval.metrics.DegenerateInput`, which is recorded as NaN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy.stats import rankdata
+
+from scperteval.metrics._common import DegenerateInput
+from scperteval.metrics._registry import METRICS
+from scperteval.metrics.context import PerturbationContext
+
+__all__ = ["DEView", "de_auprc", "de_auroc", "de_topk_overlap"]
+
+Float64Array = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, eq=False)
+class DEView:
+    """The part of a DE result the DE metrics read, aligned by feature.
+
+    Parameters
+    ----------
+    statistic
+        Test statistic per feature (e.g. Welch t); its magnitude ranks the features.
+    pvalue_adj
+        Multiple-testing adjusted p-value per feature.
+
+    Raises
+    ------
+    ValueError
+        If the arrays are not 1-D or differ in length.
+
+    """
+
+    statistic: Float64Array
+    pvalue_adj: Float64Array
+
+    def __post_init__(self) -> None:
+        statistic = np.asarray(self.statistic, dtype=np.float64)
+        pvalue_adj = np.asarray(self.pvalue_adj, dtype=np.float64)
+        if statistic.ndim != 1 or pvalue_adj.ndim != 1:
+            raise ValueError("DE statistic and adjusted p-values must be one-dimensional")
+        if statistic.shape != pvalue_adj.shape:
+            raise ValueError(
+                f"{statistic.size} DE statistics but {pvalue_adj.size} adjusted p-values"
+            )
+        object.__setattr__(self, "statistic", statistic)
+        object.__setattr__(self, "pvalue_adj", pvalue_adj)
+
+    def __len__(self) -> int:
+        return int(self.statistic.size)
+
+
+def _evidence(view: DEView) -> Float64Array:
+    """``|statistic|`` with NaN as 0; infinity is kept, and orders above every finite value."""
+    return np.nan_to_num(np.abs(view.statistic), nan=0.0, posinf=np.inf)
+
+
+def _labels_and_scores(
+    gt: DEView, pred: DEView, alpha: float
+) -> tuple[npt.NDArray[np.bool_], Float64Array]:
+    if len(gt) != len(pred):
+        raise ValueError(f"truth has {len(gt)} features but prediction has {len(pred)}")
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must lie in (0, 1], got {alpha!r}")
+    positive = gt.pvalue_adj < alpha
+    n_positive = int(positive.sum())
+    if n_positive == 0 or n_positive == positive.size:
+        kind = "no" if n_positive == 0 else "only"
+        raise DegenerateInput(
+            f"the truth has {kind} DE genes at adjusted p < {alpha} among {positive.size} "
+            "features, so the ranking cannot be scored"
+        )
+    # Ranks replace the scores: both metrics depend only on their order and ties, and
+    # ranks keep infinite statistics in order without special cases.
+    scores = rankdata(_evidence(pred), method="dense").astype(np.float64)
+    return positive, scores
+
+
+@METRICS.register(
+    "de_auprc",
+    description="area under the precision-recall curve of truth DEGs ranked by |predicted t|",
+    representation="de",
+    scope="perturbation",
+    better="higher",
+    perfect=1.0,
+)
+def de_auprc(
+    gt: DEView, pred: DEView, ctx: PerturbationContext | None = None, *, alpha: float = 0.05
+) -> float:
+    """Average precision of the truth's DE genes when ranked by the predicted ``|statistic|``.
+
+    ``AP = sum_k (R_k - R_(k-1)) P_k`` over the distinct score thresholds in decreasing
+    order, where ``P_k`` and ``R_k`` are precision and recall of the genes scoring at
+    least threshold ``k``: the definition of :func:`sklearn.metrics.average_precision_score`
+    (no interpolation). Genes tied in score enter together.
+
+    Parameters
+    ----------
+    gt
+        Truth DE result: genes with ``pvalue_adj < alpha`` are the positives.
+    pred
+        Predicted DE result: ``|statistic|`` is the score.
+    ctx
+        Unused; accepted for the common metric signature.
+    alpha
+        Significance level defining the positives.
+
+    Returns
+    -------
+    float
+        In [0, 1]; higher is better, 1 is perfect (every positive ranked above every
+        negative). A random ranking scores about the fraction of positives.
+
+    Raises
+    ------
+    DegenerateInput
+        If the truth has no positive or no negative gene.
+
+    """
+    positive, scores = _labels_and_scores(gt, pred, alpha)
+    order = np.argsort(-scores, kind="stable")
+    sorted_scores = scores[order]
+    hits = np.cumsum(positive[order])
+    # The last gene of each run of tied scores closes one threshold.
+    closes = np.r_[np.flatnonzero(np.diff(sorted_scores)), sorted_scores.size - 1]
+    true_positives = hits[closes].astype(np.float64)
+    precision = true_positives / (closes + 1)
+    recall = true_positives / true_positives[-1]
+    return float(np.sum(np.diff(recall, prepend=0.0) * precision))
+
+
+@METRICS.register(
+    "de_auroc",
+    description="area under the ROC curve of truth DEGs ranked by |predicted t|",
+    representation="de",
+    scope="perturbation",
+    better="higher",
+    perfect=1.0,
+)
+def de_auroc(
+    gt: DEView, pred: DEView, ctx: PerturbationContext | None = None, *, alpha: float = 0.05
+) -> float:
+    """Area under the ROC curve of the truth's DE genes ranked by the predicted ``|statistic|``.
+
+    Computed as the Mann-Whitney probability that a random positive gene scores above a
+    random negative one, ties counting one half: the value of
+    :func:`sklearn.metrics.roc_auc_score`.
+
+    Parameters
+    ----------
+    gt
+        Truth DE result: genes with ``pvalue_adj < alpha`` are the positives.
+    pred
+        Predicted DE result: ``|statistic|`` is the score.
+    ctx
+        Unused; accepted for the common metric signature.
+    alpha
+        Significance level defining the positives.
+
+    Returns
+    -------
+    float
+        In [0, 1]; higher is better, 1 is perfect, 0.5 is a random or constant ranking.
+
+    Raises
+    ------
+    DegenerateInput
+        If the truth has no positive or no negative gene.
+
+    """
+    positive, scores = _labels_and_scores(gt, pred, alpha)
+    ranks = rankdata(scores, method="average")
+    n_positive = int(positive.sum())
+    n_negative = positive.size - n_positive
+    rank_sum = float(ranks[positive].sum())
+    return (rank_sum - n_positive * (n_positive + 1) / 2.0) / (n_positive * n_negative)
+
+
+@METRICS.register(
+    "de_topk_overlap",
+    description="fraction of the truth's top-k genes by |t| among the prediction's top k",
+    representation="de",
+    scope="perturbation",
+    better="higher",
+    perfect=1.0,
+)
+def de_topk_overlap(
+    gt: DEView, pred: DEView, ctx: PerturbationContext | None = None, *, k: int = 50
+) -> float:
+    """Overlap of the top-``k`` genes by ``|statistic|`` in truth and prediction, over ``k``.
+
+    Tie rules: the truth's top ``k`` breaks ties in ``|statistic|`` by feature order
+    (lower index first). The prediction's top ``k`` breaks ties against the prediction:
+    among genes tied at its cut-off, those outside the truth's top ``k`` are taken
+    first, so a prediction cannot gain overlap from genes it does not order (a constant
+    statistic scores the smallest overlap possible, ``max(0, 2k - G) / k``).
+
+    Parameters
+    ----------
+    gt, pred
+        Truth and predicted DE results; only ``statistic`` is read.
+    ctx
+        Unused; accepted for the common metric signature.
+    k
+        Size of the top sets, at least 1.
+
+    Returns
+    -------
+    float
+        In [0, 1]; higher is better, 1 is perfect.
+
+    Raises
+    ------
+    ValueError
+        If ``k < 1`` or the results differ in length.
+    DegenerateInput
+        If ``k`` is not smaller than the number of features (the overlap would be 1
+        whatever the prediction).
+
+    """
+    if len(gt) != len(pred):
+        raise ValueError(f"truth has {len(gt)} features but prediction has {len(pred)}")
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k!r}")
+    n_features = len(gt)
+    if k >= n_features:
+        raise DegenerateInput(
+            f"k={k} is not smaller than the {n_features} features: every prediction "
+            "would overlap fully"
+        )
+    index = np.arange(n_features)
+    truth_top = np.zeros(n_features, dtype=bool)
+    truth_top[np.lexsort((index, -_evidence(gt)))[:k]] = True
+    # lexsort sorts by the last key first: score, then truth-top membership (False
+    # before True), then index.
+    pred_order = np.lexsort((index, truth_top, -_evidence(pred)))
+    return float(truth_top[pred_order[:k]].sum()) / k

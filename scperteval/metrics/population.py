@@ -1,0 +1,677 @@
+"""Perturbation-scope metrics between two populations of cells.
+
+Inputs are point clouds: 2-D arrays (cells x features), usually in a reduced space
+(top-k genes, PCA). Every function has the signature ``f(gt, pred, ctx=None, **options)``
+and returns a float; lower is better and 0 means the two samples are indistinguishable.
+
+Pairwise distances are computed with BLAS as ``||a||^2 + ||b||^2 - 2 a.b`` in float64,
+in row blocks whose size is bounded by ``max_block_bytes``, after shifting both clouds
+by their pooled mean (distances do not change under a common shift, and the expansion
+loses less precision near the origin). Squared distances within ``1e-12 (||a||^2 +
+||b||^2)`` of zero are rounding noise of the expansion and are set to 0, so coinciding
+cells are at distance 0 exactly.
+
+The building blocks (:func:`distance_sum`, :func:`within_distance_sum`,
+:func:`kernel_sum`, :func:`within_kernel_sum`, :func:`median_pairwise_distance`,
+:func:`energy_distance_from_sums`, :func:`mmd_from_sums`) let a caller compute the
+within-sample sums of a reference sample once and reuse them for every perturbation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import numpy.typing as npt
+
+from scperteval.errors import MissingExtraError
+from scperteval.metrics._common import DegenerateInput, as_matrix
+from scperteval.metrics._registry import METRICS
+from scperteval.metrics.context import PerturbationContext
+
+__all__ = [
+    "DEFAULT_BLOCK_BYTES",
+    "energy_distance",
+    "mmd",
+    "sinkhorn",
+    "distance_sum",
+    "within_distance_sum",
+    "kernel_sum",
+    "within_kernel_sum",
+    "median_pairwise_distance",
+    "energy_distance_from_sums",
+    "mmd_from_sums",
+]
+
+Float64Array = npt.NDArray[np.float64]
+
+#: Memory bound for one block of pairwise values (and its temporaries), in bytes.
+DEFAULT_BLOCK_BYTES = 64 * 2**20
+
+# Squared distances below this fraction of ||a||^2 + ||b||^2 cannot be told apart from
+# the cancellation error of the BLAS expansion.
+_SNAP_RTOL = 1e-12
+# Arrays of one block's size alive at once: the block, a temporary and a mask.
+_ARRAYS_PER_BLOCK = 3
+# Bits of the float64 pattern resolved by the first and by each later pass of the
+# exact median selection.
+_FIRST_DIGIT_BITS = 20
+_DIGIT_BITS = 16
+
+
+# --------------------------------------------------------------------------- blocks
+
+
+def _rows_per_block(n_columns: int, max_block_bytes: int) -> int:
+    per_row = 8 * _ARRAYS_PER_BLOCK * max(n_columns, 1)
+    return max(1, int(max_block_bytes) // per_row)
+
+
+def _row_norms(points: Float64Array) -> Float64Array:
+    return np.einsum("ij,ij->i", points, points)
+
+
+def _squared_distances(
+    a: Float64Array, sq_a: Float64Array, b: Float64Array, sq_b: Float64Array
+) -> Float64Array:
+    d2 = (-2.0 * a) @ b.T
+    d2 += sq_a[:, None]
+    d2 += sq_b[None, :]
+    # Only entries under a block-wide bound can be noise; testing those against their
+    # own bound avoids a second block-sized array.
+    suspects = np.nonzero(d2 <= _SNAP_RTOL * (sq_a.max(initial=0.0) + sq_b.max(initial=0.0)))
+    if suspects[0].size:
+        rows, cols = suspects
+        noise = d2[rows, cols] <= _SNAP_RTOL * (sq_a[rows] + sq_b[cols])
+        d2[rows[noise], cols[noise]] = 0.0
+    return d2
+
+
+def _centred(*clouds: Float64Array) -> list[Float64Array]:
+    """Shift every cloud by the mean of all of them together."""
+    count = sum(cloud.shape[0] for cloud in clouds)
+    if count == 0:
+        return list(clouds)
+    shift = sum(cloud.sum(axis=0) for cloud in clouds) / count
+    return [cloud - shift for cloud in clouds]
+
+
+def _cross_pairs(x: Float64Array, y: Float64Array, max_block_bytes: int) -> Iterator[Float64Array]:
+    """Yield blocks of squared distances covering every pair (x_i, y_j) once."""
+    sq_x, sq_y = _row_norms(x), _row_norms(y)
+    rows = _rows_per_block(y.shape[0], max_block_bytes)
+    for start in range(0, x.shape[0], rows):
+        stop = start + rows
+        yield _squared_distances(x[start:stop], sq_x[start:stop], y, sq_y)
+
+
+def _within_pairs(x: Float64Array, max_block_bytes: int) -> Iterator[Float64Array]:
+    """Yield arrays of squared distances covering every pair i < j of rows of x once."""
+    sq = _row_norms(x)
+    n = x.shape[0]
+    rows = _rows_per_block(n, max_block_bytes)
+    for start in range(0, n, rows):
+        stop = min(start + rows, n)
+        block = _squared_distances(x[start:stop], sq[start:stop], x[start:], sq[start:])
+        size = stop - start
+        upper = np.triu_indices(size, k=1)
+        yield block[:, :size][upper]
+        if stop < n:
+            yield block[:, size:]
+
+
+def _sum_of(
+    blocks: Iterator[Float64Array], transform: Callable[[Float64Array], Float64Array]
+) -> float:
+    total = 0.0
+    for block in blocks:
+        total += float(transform(block).sum())
+    return total
+
+
+def _sqrt_in_place(d2: Float64Array) -> Float64Array:
+    return np.sqrt(d2, out=d2)
+
+
+def _rbf_in_place(bandwidth: float) -> Callable[[Float64Array], Float64Array]:
+    scale = -1.0 / (2.0 * bandwidth * bandwidth)
+
+    def kernel(d2: Float64Array) -> Float64Array:
+        d2 *= scale
+        return np.exp(d2, out=d2)
+
+    return kernel
+
+
+def _cloud_pair(gt: npt.ArrayLike, pred: npt.ArrayLike) -> tuple[Float64Array, Float64Array]:
+    x = as_matrix(gt, "truth cells")
+    y = as_matrix(pred, "predicted cells")
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"truth has {x.shape[1]} features but prediction has {y.shape[1]}")
+    return x, y
+
+
+def _check_bandwidth(bandwidth: float) -> float:
+    value = float(bandwidth)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"bandwidth must be a positive finite number, got {bandwidth!r}")
+    return value
+
+
+# ---------------------------------------------------------------------- building blocks
+
+
+def distance_sum(
+    x: npt.ArrayLike, y: npt.ArrayLike, *, max_block_bytes: int = DEFAULT_BLOCK_BYTES
+) -> float:
+    """Sum of Euclidean distances ``||x_i - y_j||`` over all ``n * m`` pairs.
+
+    Parameters
+    ----------
+    x, y
+        Point clouds (rows are points) with the same number of columns.
+    max_block_bytes
+        Memory bound for one block of pairwise distances.
+
+    Returns
+    -------
+    float
+        The sum; 0.0 when either cloud is empty.
+
+    """
+    a, b = _cloud_pair(x, y)
+    a, b = _centred(a, b)
+    return _sum_of(_cross_pairs(a, b, max_block_bytes), _sqrt_in_place)
+
+
+def within_distance_sum(x: npt.ArrayLike, *, max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> float:
+    """Sum of Euclidean distances ``||x_i - x_j||`` over ordered pairs ``i != j``.
+
+    Each unordered pair counts twice, so the unbiased mean distance is this sum
+    divided by ``n (n - 1)``.
+
+    Parameters
+    ----------
+    x
+        Point cloud (rows are points).
+    max_block_bytes
+        Memory bound for one block of pairwise distances.
+
+    Returns
+    -------
+    float
+        The sum; 0.0 for fewer than two points.
+
+    """
+    (a,) = _centred(as_matrix(x, "points"))
+    return 2.0 * _sum_of(_within_pairs(a, max_block_bytes), _sqrt_in_place)
+
+
+def kernel_sum(
+    x: npt.ArrayLike,
+    y: npt.ArrayLike,
+    bandwidth: float,
+    *,
+    max_block_bytes: int = DEFAULT_BLOCK_BYTES,
+) -> float:
+    """Sum of RBF kernel values ``exp(-||x_i - y_j||^2 / (2 bandwidth^2))`` over all pairs.
+
+    Parameters
+    ----------
+    x, y
+        Point clouds (rows are points) with the same number of columns.
+    bandwidth
+        Kernel width sigma, positive.
+    max_block_bytes
+        Memory bound for one block of pairwise values.
+
+    Returns
+    -------
+    float
+        The sum; 0.0 when either cloud is empty.
+
+    """
+    sigma = _check_bandwidth(bandwidth)
+    a, b = _cloud_pair(x, y)
+    a, b = _centred(a, b)
+    return _sum_of(_cross_pairs(a, b, max_block_bytes), _rbf_in_place(sigma))
+
+
+def within_kernel_sum(
+    x: npt.ArrayLike, bandwidth: float, *, max_block_bytes: int = DEFAULT_BLOCK_BYTES
+) -> float:
+    """Sum of RBF kernel values over ordered pairs ``i != j`` (the diagonal excluded).
+
+    Parameters
+    ----------
+    x
+        Point cloud (rows are points).
+    bandwidth
+        Kernel width sigma, positive.
+    max_block_bytes
+        Memory bound for one block of pairwise values.
+
+    Returns
+    -------
+    float
+        The sum; 0.0 for fewer than two points.
+
+    """
+    sigma = _check_bandwidth(bandwidth)
+    (a,) = _centred(as_matrix(x, "points"))
+    return 2.0 * _sum_of(_within_pairs(a, max_block_bytes), _rbf_in_place(sigma))
+
+
+def median_pairwise_distance(
+    z: npt.ArrayLike, *, max_block_bytes: int = DEFAULT_BLOCK_BYTES
+) -> float:
+    """Median of the positive Euclidean distances between the rows of ``z``.
+
+    The median is over unordered pairs ``i < j`` whose points differ
+    (``||z_i - z_j|| > 0``), with NumPy's convention for an even count (the mean of
+    the two middle values). Coinciding points are left out because sparse expression
+    data often hold many identical cells (all zero in a top-k gene space), which would
+    otherwise drive the median, and with it an RBF bandwidth, to zero.
+
+    The result is exact, and found without holding all pairs in memory: when the
+    positive distances exceed the ``max_block_bytes`` budget, a radix selection on the
+    bit patterns of the squared distances (monotone in the value for positive floats)
+    narrows down the values holding the median, one pass over the blocks per digit,
+    until they fit; usually two passes in all.
+
+    Parameters
+    ----------
+    z
+        Point cloud (rows are points).
+    max_block_bytes
+        Memory bound for one block of pairwise values and for the values kept.
+
+    Returns
+    -------
+    float
+        The median; 0.0 when no two points differ.
+
+    """
+    (points,) = _centred(as_matrix(z, "points"))
+    budget = max(1, int(max_block_bytes) // 8)
+    shift = 64 - _FIRST_DIGIT_BITS
+    histogram = np.zeros(1 << _FIRST_DIGIT_BITS, dtype=np.int64)
+    kept: list[Float64Array] | None = []
+    kept_size = 0
+    for block in _within_pairs(points, max_block_bytes):
+        positive = block[block > 0]
+        histogram += np.bincount(_keys(positive) >> shift, minlength=histogram.size)
+        if kept is not None:
+            if kept_size + positive.size <= budget:
+                kept.append(positive)
+                kept_size += positive.size
+            else:
+                kept = None
+    count = int(histogram.sum())
+    if count == 0:
+        return 0.0
+    ranks = ((count - 1) // 2, count // 2)
+    if kept is not None:
+        values = np.partition(np.concatenate(kept), ranks)
+        low, high = float(values[ranks[0]]), float(values[ranks[1]])
+    else:
+        low, high = _radix_select(points, ranks, histogram, shift, budget, max_block_bytes)
+    return 0.5 * (math.sqrt(low) + math.sqrt(high))
+
+
+def _keys(values: Float64Array) -> npt.NDArray[np.int64]:
+    """Bit patterns of positive floats, which order exactly as the values do."""
+    return np.ascontiguousarray(values).view(np.int64)
+
+
+def _with_key(
+    points: Float64Array, key: int, shift: int, max_block_bytes: int
+) -> Iterator[Float64Array]:
+    """Positive squared distances whose bit pattern starts with ``key`` (above ``shift``)."""
+    for block in _within_pairs(points, max_block_bytes):
+        positive = block[block > 0]
+        yield positive[(_keys(positive) >> shift) == key]
+
+
+def _radix_select(
+    points: Float64Array,
+    ranks: tuple[int, int],
+    histogram: npt.NDArray[np.int64],
+    shift: int,
+    budget: int,
+    max_block_bytes: int,
+) -> tuple[float, float]:
+    """Order statistics ``ranks`` (0-based, adjacent) of the positive squared distances.
+
+    ``histogram[b]`` counts the values whose key ``bits >> shift`` is ``base + b``; the
+    wanted values lie among them, above ``below`` smaller values.
+    """
+    first, second = ranks
+    below, base = 0, 0
+    while True:
+        cumulative = below + np.cumsum(histogram)
+        bin_first = int(np.searchsorted(cumulative, first, side="right"))
+        bin_second = int(np.searchsorted(cumulative, second, side="right"))
+        if bin_first > 0:
+            below = int(cumulative[bin_first - 1])
+        key_first, key_second = base + bin_first, base + bin_second
+        if key_first != key_second:
+            # The first wanted value closes its bucket; the second is the smallest value
+            # of the next non-empty bucket.
+            in_first = _with_key(points, key_first, shift, max_block_bytes)
+            in_second = _with_key(points, key_second, shift, max_block_bytes)
+            return (
+                max(float(v.max()) for v in in_first if v.size),
+                min(float(v.min()) for v in in_second if v.size),
+            )
+        if shift == 0:
+            value = float(np.array([key_first], dtype=np.int64).view(np.float64)[0])
+            return value, value
+        if int(histogram[bin_first]) <= budget:
+            chunks = list(_with_key(points, key_first, shift, max_block_bytes))
+            offsets = (first - below, second - below)
+            values = np.partition(np.concatenate(chunks), offsets)
+            return float(values[offsets[0]]), float(values[offsets[1]])
+        finer = max(shift - _DIGIT_BITS, 0)
+        width = shift - finer
+        histogram = np.zeros(1 << width, dtype=np.int64)
+        for values in _with_key(points, key_first, shift, max_block_bytes):
+            digits = (_keys(values) >> finer) & ((1 << width) - 1)
+            histogram += np.bincount(digits, minlength=histogram.size)
+        base, shift = key_first << width, finer
+
+
+def energy_distance_from_sums(
+    cross: float, within_x: float, within_y: float, n: int, m: int, *, unbiased: bool = True
+) -> float:
+    """Energy distance from the distance sums of :func:`distance_sum` and friends.
+
+    Parameters
+    ----------
+    cross
+        ``distance_sum(x, y)``.
+    within_x, within_y
+        ``within_distance_sum(x)`` and ``within_distance_sum(y)`` (ordered pairs).
+    n, m
+        Number of points in ``x`` and ``y``.
+    unbiased
+        Divide the within sums by ``n (n - 1)`` (U-statistic) rather than ``n^2``
+        (V-statistic, which counts the zero self-distances).
+
+    Returns
+    -------
+    float
+        ``2 E|X - Y| - E|X - X'| - E|Y - Y'|``.
+
+    Raises
+    ------
+    DegenerateInput
+        If a cloud is too small: fewer than 2 points for the unbiased form, none for
+        the plug-in form.
+
+    """
+    _check_sizes(n, m, unbiased)
+    if unbiased:
+        return 2.0 * cross / (n * m) - within_x / (n * (n - 1)) - within_y / (m * (m - 1))
+    return 2.0 * cross / (n * m) - within_x / (n * n) - within_y / (m * m)
+
+
+def mmd_from_sums(
+    cross: float, within_x: float, within_y: float, n: int, m: int, *, unbiased: bool = True
+) -> float:
+    """Squared MMD from the RBF kernel sums of :func:`kernel_sum` and friends.
+
+    Parameters
+    ----------
+    cross
+        ``kernel_sum(x, y, bandwidth)``.
+    within_x, within_y
+        ``within_kernel_sum(x, bandwidth)`` and ``within_kernel_sum(y, bandwidth)``
+        (ordered pairs, diagonal excluded).
+    n, m
+        Number of points in ``x`` and ``y``.
+    unbiased
+        U-statistic (diagonal left out, divided by ``n (n - 1)``) rather than the
+        V-statistic (diagonal ``k(x, x) = 1`` included, divided by ``n^2``).
+
+    Returns
+    -------
+    float
+        ``E k(X, X') + E k(Y, Y') - 2 E k(X, Y)``.
+
+    Raises
+    ------
+    DegenerateInput
+        If a cloud is too small: fewer than 2 points for the unbiased form, none for
+        the plug-in form.
+
+    """
+    _check_sizes(n, m, unbiased)
+    if unbiased:
+        return within_x / (n * (n - 1)) + within_y / (m * (m - 1)) - 2.0 * cross / (n * m)
+    return (within_x + n) / (n * n) + (within_y + m) / (m * m) - 2.0 * cross / (n * m)
+
+
+def _check_sizes(n: int, m: int, unbiased: bool) -> None:
+    needed = 2 if unbiased else 1
+    if n < needed or m < needed:
+        form = "the unbiased estimate" if unbiased else "the estimate"
+        raise DegenerateInput(
+            f"{form} needs at least {needed} cell(s) per population; got {n} true and "
+            f"{m} predicted cell(s)"
+        )
+
+
+# ---------------------------------------------------------------------------- metrics
+
+
+@METRICS.register(
+    "energy_distance",
+    description="energy distance between cell populations (unbiased within-sample terms)",
+    representation="population",
+    scope="perturbation",
+    better="lower",
+    perfect=0.0,
+)
+def energy_distance(
+    gt: npt.ArrayLike,
+    pred: npt.ArrayLike,
+    ctx: PerturbationContext | None = None,
+    *,
+    unbiased: bool = True,
+) -> float:
+    """Energy distance ``2 E|X - Y| - E|X - X'| - E|Y - Y'|`` with Euclidean ``|.|``.
+
+    ``E|X - Y|`` is the mean over all ``n m`` pairs. With ``unbiased=True`` the within
+    terms are means over ordered pairs ``i != j`` (U-statistics), so the estimate is
+    unbiased for the population energy distance and can be slightly negative when the
+    populations do not differ. With ``unbiased=False`` they are means over all ``n^2``
+    pairs (the plug-in V-statistic), which is never negative and is exactly 0 for
+    identical samples. Symmetric in ``gt`` and ``pred``.
+
+    Parameters
+    ----------
+    gt, pred
+        Cells x features arrays (dense or scipy sparse) with the same features.
+    ctx
+        Unused; accepted for the common metric signature.
+    unbiased
+        Use the unbiased within-sample terms.
+
+    Returns
+    -------
+    float
+        Lower is better, 0 is perfect; unbounded above. The unbiased form may be below
+        0, which means no difference detectable at this sample size.
+
+    Raises
+    ------
+    DegenerateInput
+        If either population has fewer than 2 cells (unbiased) or none (plug-in), or
+        the input has non-finite values. An all-zero population is not degenerate.
+
+    """
+    x, y = _cloud_pair(gt, pred)
+    _check_sizes(x.shape[0], y.shape[0], unbiased)
+    x, y = _centred(x, y)
+    cross = _sum_of(_cross_pairs(x, y, DEFAULT_BLOCK_BYTES), _sqrt_in_place)
+    within_x = 2.0 * _sum_of(_within_pairs(x, DEFAULT_BLOCK_BYTES), _sqrt_in_place)
+    within_y = 2.0 * _sum_of(_within_pairs(y, DEFAULT_BLOCK_BYTES), _sqrt_in_place)
+    return energy_distance_from_sums(
+        cross, within_x, within_y, x.shape[0], y.shape[0], unbiased=unbiased
+    )
+
+
+@METRICS.register(
+    "mmd",
+    description="squared maximum mean discrepancy, RBF kernel, median-heuristic bandwidth",
+    representation="population",
+    scope="perturbation",
+    better="lower",
+    perfect=0.0,
+)
+def mmd(
+    gt: npt.ArrayLike,
+    pred: npt.ArrayLike,
+    ctx: PerturbationContext | None = None,
+    *,
+    bandwidth: float | None = None,
+    unbiased: bool = True,
+) -> float:
+    """Squared maximum mean discrepancy with the RBF kernel.
+
+    ``MMD^2 = E k(X, X') + E k(Y, Y') - 2 E k(X, Y)`` with
+    ``k(a, b) = exp(-||a - b||^2 / (2 sigma^2))``. With ``unbiased=True`` (default) the
+    within terms are means over ordered pairs ``i != j`` (Gretton et al. 2012, the
+    U-statistic), which can be slightly negative; with ``unbiased=False`` the diagonal
+    is included (V-statistic): never negative, exactly 0 for identical samples.
+    Symmetric in ``gt`` and ``pred``.
+
+    Parameters
+    ----------
+    gt, pred
+        Cells x features arrays (dense or scipy sparse) with the same features.
+    ctx
+        Unused; accepted for the common metric signature.
+    bandwidth
+        Kernel width ``sigma``. ``None`` (default) uses the median heuristic: the
+        median of the Euclidean distances ``||z_i - z_j||`` over pairs ``i < j`` of
+        distinct points of the pooled sample ``z = gt ∪ pred``
+        (:func:`median_pairwise_distance`). When no two pooled points differ every
+        kernel value is 1 whatever the width, and sigma = 1 is used.
+    unbiased
+        Use the unbiased within-sample terms.
+
+    Returns
+    -------
+    float
+        Lower is better, 0 is perfect; at most 2. The unbiased form may be below 0,
+        which means no difference detectable at this sample size.
+
+    Raises
+    ------
+    DegenerateInput
+        If either population has fewer than 2 cells (unbiased) or none (plug-in), or
+        the input has non-finite values. An all-zero population is not degenerate.
+    ValueError
+        If ``bandwidth`` is given and is not a positive finite number.
+
+    """
+    x, y = _cloud_pair(gt, pred)
+    _check_sizes(x.shape[0], y.shape[0], unbiased)
+    if bandwidth is None:
+        sigma = median_pairwise_distance(np.vstack([x, y])) or 1.0
+    else:
+        sigma = _check_bandwidth(bandwidth)
+    x, y = _centred(x, y)
+    kernel = _rbf_in_place(sigma)
+    cross = _sum_of(_cross_pairs(x, y, DEFAULT_BLOCK_BYTES), kernel)
+    within_x = 2.0 * _sum_of(_within_pairs(x, DEFAULT_BLOCK_BYTES), kernel)
+    within_y = 2.0 * _sum_of(_within_pairs(y, DEFAULT_BLOCK_BYTES), kernel)
+    return mmd_from_sums(cross, within_x, within_y, x.shape[0], y.shape[0], unbiased=unbiased)
+
+
+@METRICS.register(
+    "sinkhorn",
+    description="debiased Sinkhorn estimate of the 2-Wasserstein distance (geomloss)",
+    representation="population",
+    scope="perturbation",
+    better="lower",
+    perfect=0.0,
+    extra="ot",
+)
+def sinkhorn(
+    gt: npt.ArrayLike,
+    pred: npt.ArrayLike,
+    ctx: PerturbationContext | None = None,
+    *,
+    blur: float = 0.05,
+    scaling: float = 0.9,
+    backend: str = "tensorized",
+) -> float:
+    """Debiased Sinkhorn estimate of the 2-Wasserstein distance, ``sqrt(2 S_eps)``.
+
+    ``S_eps`` is geomloss's debiased Sinkhorn divergence
+    ``OT_eps(a, b) - (OT_eps(a, a) + OT_eps(b, b)) / 2`` between the uniform empirical
+    measures, computed by ``SamplesLoss("sinkhorn", p=2, debias=True)`` in float64.
+    Its ground cost is ``||x - y||^2 / 2``, hence the factor 2: the result is in the
+    units of a Euclidean distance and tends to W2 as ``blur`` goes to 0. For two
+    samples that differ by a translation ``t`` it equals ``||t||`` exactly.
+
+    Parameters
+    ----------
+    gt, pred
+        Cells x features arrays (dense or scipy sparse) with the same features.
+    ctx
+        Unused; accepted for the common metric signature.
+    blur
+        Entropic blur in feature units (``eps = blur^2``); geomloss's default. Smaller
+        is closer to W2 and slower.
+    scaling
+        Ratio of successive blurs in geomloss's annealing, in (0, 1); 0.9 is more
+        accurate than geomloss's default 0.5 at a few times the iterations.
+    backend
+        geomloss backend. ``"tensorized"`` (default) holds the ``n x m`` cost matrix in
+        memory and needs nothing beyond torch; ``"online"`` and ``"multiscale"`` need
+        pykeops.
+
+    Returns
+    -------
+    float
+        In [0, inf); lower is better, 0 is perfect. When every cell of both samples
+        coincides, the result is 0 without calling geomloss (its annealing schedule
+        starts from the samples' diameter and fails on a diameter of 0). A divergence
+        that is negative by rounding is reported as 0.
+
+    Raises
+    ------
+    MissingExtraError
+        If torch or geomloss (the ``ot`` extra) is not installed.
+    DegenerateInput
+        If either population has no cells or the input has non-finite values.
+    ValueError
+        If ``blur`` is not positive or ``scaling`` is outside (0, 1).
+
+    """
+    if not (math.isfinite(blur) and blur > 0):
+        raise ValueError(f"blur must be a positive finite number, got {blur!r}")
+    if not 0 < scaling < 1:
+        raise ValueError(f"scaling must lie in (0, 1), got {scaling!r}")
+    x, y = _cloud_pair(gt, pred)
+    _check_sizes(x.shape[0], y.shape[0], unbiased=False)
+    try:
+        import torch
+        from geomloss import SamplesLoss
+    except ImportError:
+        raise MissingExtraError("Sinkhorn distance", "ot", "geomloss") from None
+    x, y = _centred(x, y)
+    pooled_range = np.maximum(x.max(axis=0), y.max(axis=0)) - np.minimum(
+        x.min(axis=0), y.min(axis=0)
+    )
+    if not pooled_range.any():
+        return 0.0
+    loss = SamplesLoss("sinkhorn", p=2, blur=blur, scaling=scaling, debias=True, backend=backend)
+    with torch.no_grad():
+        divergence = float(loss(torch.from_numpy(x), torch.from_numpy(y)).item())
+    return math.sqrt(2.0 * max(divergence, 0.0))

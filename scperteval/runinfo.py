@@ -1,0 +1,93 @@
+"""Run records: input checksums, options, timings, atomic output files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scperteval._version import __version__
+
+__all__ = ["Timer", "file_checksum", "write_atomic", "write_run_json", "dataset_checksum"]
+
+
+class Timer:
+    """Named wall-clock timings of the steps of a run."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Time the enclosed block under ``name`` (accumulating repeats)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+
+def file_checksum(path: str | os.PathLike[str], chunk_bytes: int = 1 << 22) -> str:
+    """MD5 of a file's bytes, read in chunks."""
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(chunk_bytes), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def dataset_checksum(dataset: Any) -> str:
+    """Checksum of the evaluated data: the file's MD5, or a hash of the in-memory values."""
+    if dataset.path is not None:
+        return "md5:" + file_checksum(dataset.path)
+    digest = hashlib.md5(usedforsecurity=False)
+    digest.update("\x1f".join(dataset.var_names).encode())
+    digest.update("\x1f".join(dataset.perturbation_labels.tolist()).encode())
+    for _, block in dataset.iter_chunks():
+        values = block.data if hasattr(block, "data") and hasattr(block, "indices") else block
+        digest.update(np.ascontiguousarray(values).tobytes())
+        if hasattr(block, "indices"):
+            digest.update(np.ascontiguousarray(block.indices).tobytes())
+            digest.update(np.ascontiguousarray(block.indptr).tobytes())
+    return "md5-memory:" + digest.hexdigest()
+
+
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """Write a file through a temporary sibling then rename, so readers never see a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        write(Path(temporary))
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def write_run_json(path: Path, command: str, options: Mapping[str, Any], **extra: Any) -> None:
+    """Write ``run.json``: version, command, options, environment and extra fields."""
+    record = {
+        "scperteval_version": __version__,
+        "command": command,
+        "options": dict(options),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **extra,
+    }
+    text = json.dumps(record, indent=2, default=str, sort_keys=False)
+    write_atomic(path, lambda p: _write_text(p, text + "\n"))
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")

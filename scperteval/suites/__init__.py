@@ -1,0 +1,1 @@
+"""Protocol suites shipped with scperteval (TOML data, installed as ``scperteval.suites``)."""

@@ -1,0 +1,232 @@
+import numpy as np
+import pytest
+from scipy.spatial.distance import cdist
+
+from scperteval.metrics import (
+    DatasetContext,
+    DegenerateInput,
+    distance_matrix,
+    nir,
+    nir_from_distances,
+    pds,
+    pds_from_distances,
+    rank,
+    rank_from_distances,
+    transpose_rank,
+    transpose_rank_from_distances,
+)
+
+# SCIENCE.md section 9: D[i, j] = d(pred_i, truth_j)
+TOY_D = np.array([[1.0, 2.0, 3.0], [0.5, 1.0, 4.0], [2.0, 1.5, 1.0]])
+SCIPY_NAMES = {"sqeuclidean": "sqeuclidean", "l1": "cityblock", "cosine": "cosine"}
+
+
+def matrices(seed, n=8, features=12, noise=0.5):
+    rng = np.random.default_rng(seed)
+    truth = rng.normal(size=(n, features))
+    return truth, truth + rng.normal(scale=noise, size=(n, features))
+
+
+# ---------------------------------------------------------------- slow definitions
+
+
+def slow_rank(d):
+    n = len(d)
+    return np.array(
+        [sum(d[i, j] <= d[j, j] for i in range(n) if i != j) / (n - 1) for j in range(n)]
+    )
+
+
+def slow_transpose_rank(d):
+    n = len(d)
+    return np.array(
+        [sum(d[i, j] <= d[i, i] for j in range(n) if j != i) / (n - 1) for i in range(n)]
+    )
+
+
+def slow_nir(d):
+    n = len(d)
+    return np.array(
+        [sum(d[i, j] > d[i, i] for j in range(n) if j != i) / (n - 1) for i in range(n)]
+    )
+
+
+def slow_pds_l1(truth, pred, targets):
+    n = len(truth)
+    scores = []
+    for i in range(n):
+        kept = [g for g in range(truth.shape[1]) if g not in targets[i]]
+        d = [np.abs(pred[i, kept] - truth[j, kept]).sum() for j in range(n)]
+        closer = sum(d[j] <= d[i] for j in range(n) if j != i)
+        scores.append(1.0 - closer / n)
+    return np.array(scores)
+
+
+# ------------------------------------------------------------------------ toy values
+
+
+def test_toy_nir():
+    np.testing.assert_allclose(nir_from_distances(TOY_D), [1.0, 0.5, 1.0])
+
+
+def test_toy_other_ranks():
+    np.testing.assert_allclose(rank_from_distances(TOY_D), [0.5, 0.0, 0.0])
+    np.testing.assert_allclose(transpose_rank_from_distances(TOY_D), [0.0, 0.5, 0.0])
+    np.testing.assert_allclose(pds_from_distances(TOY_D), [1.0, 2.0 / 3.0, 1.0])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_from_distances_match_slow_definitions_with_ties(seed):
+    rng = np.random.default_rng(seed)
+    d = rng.integers(0, 4, size=(7, 7)).astype(float)  # many ties
+    np.testing.assert_allclose(rank_from_distances(d), slow_rank(d))
+    np.testing.assert_allclose(transpose_rank_from_distances(d), slow_transpose_rank(d))
+    np.testing.assert_allclose(nir_from_distances(d), slow_nir(d))
+    np.testing.assert_allclose(nir_from_distances(d), 1.0 - transpose_rank_from_distances(d))
+
+
+# ------------------------------------------------------------------------- distances
+
+
+@pytest.mark.parametrize("distance", ["sqeuclidean", "l1", "cosine"])
+def test_distance_matrix_matches_scipy(distance):
+    truth, pred = matrices(1)
+    expected = cdist(pred, truth, SCIPY_NAMES[distance])
+    np.testing.assert_allclose(
+        distance_matrix(pred, truth, distance=distance), expected, rtol=1e-10, atol=1e-12
+    )
+
+
+@pytest.mark.parametrize("distance", ["sqeuclidean", "l1", "cosine"])
+def test_masked_distance_matrix_drops_columns_per_row(distance):
+    truth, pred = matrices(2, n=5)
+    keep = np.ones_like(pred)
+    keep[0, [0, 3]] = 0.0
+    keep[2, 5] = 0.0
+    result = distance_matrix(pred, truth, distance=distance, keep=keep)
+    for i in range(len(pred)):
+        kept = keep[i] > 0
+        expected = cdist(pred[i : i + 1, kept], truth[:, kept], SCIPY_NAMES[distance])[0]
+        np.testing.assert_allclose(result[i], expected, rtol=1e-10, atol=1e-12)
+
+
+def test_cosine_zero_vector_is_at_distance_one():
+    result = distance_matrix(
+        np.zeros((1, 3)), np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]]), distance="cosine"
+    )
+    np.testing.assert_array_equal(result, [[1.0, 1.0]])
+
+
+def test_identical_rows_get_identical_distances():
+    rng = np.random.default_rng(3)
+    truth = rng.normal(size=(50, 30)) * 10.0 + 5.0
+    pred = np.repeat(rng.normal(size=(1, 30)), 50, axis=0)
+    d = distance_matrix(pred, truth)
+    assert (d == d[0]).all()
+    duplicated_truth = np.vstack([truth, truth[:5]])
+    d = distance_matrix(truth, duplicated_truth)
+    np.testing.assert_array_equal(d[:, :5], d[:, 50:])
+
+
+# ------------------------------------------------------------------------- metrics
+
+
+@pytest.mark.parametrize("distance", ["sqeuclidean", "l1", "cosine"])
+def test_metrics_match_slow_definitions(distance):
+    truth, pred = matrices(4, noise=1.5)
+    d = cdist(pred, truth, SCIPY_NAMES[distance])
+    np.testing.assert_allclose(rank(truth, pred, distance=distance), slow_rank(d))
+    np.testing.assert_allclose(
+        transpose_rank(truth, pred, distance=distance), slow_transpose_rank(d)
+    )
+    np.testing.assert_allclose(nir(truth, pred, distance=distance), slow_nir(d))
+
+
+def test_pds_matches_slow_definition():
+    truth, pred = matrices(5, noise=1.5)
+    targets = ((0,), (1, 2), (), (3,), (11,), (4,), (5,), (6,))
+    ctx = DatasetContext(perturbations=tuple("abcdefgh"), target_features=targets)
+    np.testing.assert_allclose(pds(truth, pred, ctx), slow_pds_l1(truth, pred, targets))
+    no_targets = ((),) * 8
+    np.testing.assert_allclose(
+        pds(truth, pred, exclude_targets=False), slow_pds_l1(truth, pred, no_targets)
+    )
+
+
+def test_target_column_matters_for_pds():
+    # A knocks down its target (column 0) and nothing else; B changes nothing. Without
+    # column 0, A's prediction is as close to B's truth as to its own: the tie counts
+    # against the prediction. B's target (column 1) does not hide A's effect.
+    truth = np.array([[-3.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+    pred = truth.copy()
+    ctx = DatasetContext(perturbations=("A", "B"), target_features=((0,), (1,)))
+    np.testing.assert_allclose(pds(truth, pred, exclude_targets=False), [1.0, 1.0])
+    np.testing.assert_allclose(pds(truth, pred, ctx), [0.5, 1.0])
+
+
+def test_perfect_prediction():
+    truth, _ = matrices(6)
+    ctx = DatasetContext(perturbations=tuple(str(i) for i in range(8)))
+    np.testing.assert_array_equal(rank(truth, truth.copy()), np.zeros(8))
+    np.testing.assert_array_equal(transpose_rank(truth, truth.copy()), np.zeros(8))
+    np.testing.assert_array_equal(nir(truth, truth.copy()), np.ones(8))
+    np.testing.assert_array_equal(pds(truth, truth.copy(), ctx), np.ones(8))
+
+
+@pytest.mark.parametrize("distance", ["sqeuclidean", "l1", "cosine"])
+def test_constant_predictor_does_not_score_well(distance):
+    truth, _ = matrices(7, n=9)
+    constant = np.repeat(truth.mean(axis=0, keepdims=True), 9, axis=0)
+    ctx = DatasetContext(perturbations=tuple(str(i) for i in range(9)))
+    # Every prediction is tied with every other: the worst rank for every perturbation.
+    np.testing.assert_array_equal(rank(truth, constant, distance=distance), np.ones(9))
+    # One prediction against all truths orders the truths by distance to it: exactly
+    # chance level on average, never better.
+    assert transpose_rank(truth, constant, distance=distance).mean() == pytest.approx(0.5)
+    assert nir(truth, constant, distance=distance).mean() == pytest.approx(0.5)
+    assert pds(truth, constant, ctx, distance=distance).mean() == pytest.approx(10 / 18)
+
+
+@pytest.mark.parametrize("distance", ["sqeuclidean", "l1", "cosine"])
+def test_constant_predictor_equidistant_from_truths_is_worst(distance):
+    n = 6
+    truth = np.eye(n) * 2.0 - 1.0  # every row at the same distance from the origin
+    constant = np.zeros((n, n))
+    ctx = DatasetContext(perturbations=tuple(str(i) for i in range(n)))
+    np.testing.assert_array_equal(rank(truth, constant, distance=distance), np.ones(n))
+    np.testing.assert_array_equal(transpose_rank(truth, constant, distance=distance), np.ones(n))
+    np.testing.assert_array_equal(nir(truth, constant, distance=distance), np.zeros(n))
+    np.testing.assert_allclose(pds(truth, constant, ctx, distance=distance), np.full(n, 1.0 / n))
+
+
+def test_invalid_dataset_inputs():
+    truth, pred = matrices(8)
+    with pytest.raises(DegenerateInput, match="at least 2"):
+        rank(truth[:1], pred[:1])
+    with pytest.raises(ValueError, match="row i"):
+        rank(truth, pred[:-1])
+    with pytest.raises(ValueError, match="unknown distance"):
+        nir(truth, pred, distance="chebyshev")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="DatasetContext"):
+        pds(truth, pred)
+    wrong = DatasetContext(perturbations=("a", "b"))
+    with pytest.raises(ValueError, match="target features for 2"):
+        pds(truth, pred, wrong)
+    outside = DatasetContext(perturbations=tuple("abcdefgh"), target_features=((40,),) + ((),) * 7)
+    with pytest.raises(ValueError, match="outside"):
+        pds(truth, pred, outside)
+    bad = pred.copy()
+    bad[2, 3] = np.nan
+    with pytest.raises(DegenerateInput, match="non-finite"):
+        transpose_rank(truth, bad)
+    with pytest.raises(ValueError, match="square"):
+        nir_from_distances(np.ones((2, 3)))
+
+
+def test_dataset_context_checks():
+    ctx = DatasetContext(covariate="K562", perturbations=("a", "b"))
+    assert ctx.target_features == ((), ())
+    with pytest.raises(ValueError, match="target-feature entries"):
+        DatasetContext(perturbations=("a", "b"), target_features=((1,),))
+    with pytest.raises(ValueError, match="outside"):
+        DatasetContext(perturbations=("a",), features=("g1", "g2"), target_features=((2,),))

@@ -1,0 +1,113 @@
+import numpy as np
+import pytest
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from scperteval.metrics import DegenerateInput, DEView, de_auprc, de_auroc, de_topk_overlap
+
+
+def random_views(seed, size=60, decimals=1):
+    rng = np.random.default_rng(seed)
+    padj = rng.uniform(size=size) ** 3
+    truth = DEView(statistic=rng.normal(size=size), pvalue_adj=padj)
+    # Rounding creates ties in the predicted scores.
+    statistic = np.round(rng.normal(size=size) * 2, decimals)
+    statistic[rng.integers(0, size, 4)] = np.nan
+    prediction = DEView(statistic=statistic, pvalue_adj=rng.uniform(size=size))
+    return truth, prediction
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_auprc_and_auroc_match_sklearn(seed):
+    truth, prediction = random_views(seed, decimals=seed % 3)
+    labels = truth.pvalue_adj < 0.05
+    scores = np.nan_to_num(np.abs(prediction.statistic), nan=0.0)
+    assert de_auprc(truth, prediction) == pytest.approx(
+        average_precision_score(labels, scores), rel=1e-12
+    )
+    assert de_auroc(truth, prediction) == pytest.approx(roc_auc_score(labels, scores), rel=1e-12)
+    labels = truth.pvalue_adj < 0.2
+    assert de_auprc(truth, prediction, alpha=0.2) == pytest.approx(
+        average_precision_score(labels, scores), rel=1e-12
+    )
+
+
+def test_hand_computed_values():
+    truth = DEView(statistic=np.zeros(4), pvalue_adj=np.array([0.01, 0.5, 0.01, 0.5]))
+    prediction = DEView(statistic=np.array([4.0, -3.0, 2.0, 1.0]), pvalue_adj=np.ones(4))
+    # Ranked: pos, neg, pos, neg -> precision at the positives 1 and 2/3.
+    assert de_auprc(truth, prediction) == pytest.approx((1.0 + 2.0 / 3.0) / 2.0)
+    # Positive-negative pairs ordered correctly: 3 of 4.
+    assert de_auroc(truth, prediction) == pytest.approx(0.75)
+
+
+def test_perfect_and_constant_rankings():
+    padj = np.array([0.001, 0.01, 0.5, 0.9, 0.3])
+    truth = DEView(statistic=np.zeros(5), pvalue_adj=padj)
+    perfect = DEView(statistic=np.array([-9.0, 8.0, 1.0, 0.5, 0.2]), pvalue_adj=np.ones(5))
+    assert de_auprc(truth, perfect) == 1.0
+    assert de_auroc(truth, perfect) == 1.0
+    constant = DEView(statistic=np.ones(5), pvalue_adj=np.ones(5))
+    assert de_auroc(truth, constant) == 0.5
+    assert de_auprc(truth, constant) == pytest.approx(2.0 / 5.0)
+
+
+def test_infinite_statistic_ranks_first_and_nan_last():
+    truth = DEView(statistic=np.zeros(4), pvalue_adj=np.array([0.01, 0.5, 0.01, 0.5]))
+    prediction = DEView(statistic=np.array([-np.inf, 3.0, np.nan, 5.0]), pvalue_adj=np.ones(4))
+    # Ranked: inf (pos), 5 (neg), 3 (neg), NaN as 0 (pos).
+    assert de_auroc(truth, prediction) == pytest.approx(0.5)
+    assert de_auprc(truth, prediction) == pytest.approx((1.0 + 2.0 / 4.0) / 2.0)
+
+
+@pytest.mark.parametrize("metric", [de_auprc, de_auroc])
+def test_no_or_only_positives_are_degenerate(metric):
+    prediction = DEView(statistic=np.arange(4.0), pvalue_adj=np.ones(4))
+    none = DEView(statistic=np.zeros(4), pvalue_adj=np.array([0.5, 0.9, np.nan, 1.0]))
+    with pytest.raises(DegenerateInput, match="no DE genes"):
+        metric(none, prediction)
+    every = DEView(statistic=np.zeros(4), pvalue_adj=np.full(4, 1e-3))
+    with pytest.raises(DegenerateInput, match="only DE genes"):
+        metric(every, prediction)
+
+
+def test_topk_overlap_values():
+    truth = DEView(statistic=np.array([9.0, -8.0, 7.0, 1.0, 0.5, 0.1]), pvalue_adj=np.ones(6))
+    same_order = DEView(statistic=np.array([5.0, 4.0, -3.0, 0.0, 0.0, 0.0]), pvalue_adj=np.ones(6))
+    assert de_topk_overlap(truth, same_order, k=3) == 1.0
+    half = DEView(statistic=np.array([5.0, 0.0, 0.0, 4.0, 3.0, 0.0]), pvalue_adj=np.ones(6))
+    assert de_topk_overlap(truth, half, k=3) == pytest.approx(1.0 / 3.0)
+    assert de_topk_overlap(truth, half, k=1) == 1.0
+
+
+def test_topk_ties_count_against_the_prediction():
+    truth = DEView(statistic=np.array([9.0, 8.0, 7.0, 1.0, 0.5, 0.1]), pvalue_adj=np.ones(6))
+    constant = DEView(statistic=np.ones(6), pvalue_adj=np.ones(6))
+    assert de_topk_overlap(truth, constant, k=2) == 0.0
+    assert de_topk_overlap(truth, constant, k=4) == pytest.approx(2.0 / 4.0)  # (2k - G) / k
+    # A tie at the cut-off between a truth top gene and another gene: the other one wins.
+    tied = DEView(statistic=np.array([5.0, 2.0, 0.0, 2.0, 0.0, 0.0]), pvalue_adj=np.ones(6))
+    assert de_topk_overlap(truth, tied, k=2) == pytest.approx(0.5)
+    # Ties in the truth are broken by feature order.
+    flat_truth = DEView(statistic=np.ones(6), pvalue_adj=np.ones(6))
+    first_two = DEView(statistic=np.array([3.0, 2.0, 1.0, 0.0, 0.0, 0.0]), pvalue_adj=np.ones(6))
+    assert de_topk_overlap(flat_truth, first_two, k=2) == 1.0
+
+
+def test_topk_invalid():
+    view = DEView(statistic=np.arange(5.0), pvalue_adj=np.ones(5))
+    with pytest.raises(DegenerateInput, match="k=5"):
+        de_topk_overlap(view, view, k=5)
+    with pytest.raises(ValueError, match="k must"):
+        de_topk_overlap(view, view, k=0)
+    other = DEView(statistic=np.arange(4.0), pvalue_adj=np.ones(4))
+    with pytest.raises(ValueError, match="features"):
+        de_topk_overlap(view, other, k=2)
+    with pytest.raises(ValueError, match="features"):
+        de_auroc(view, other)
+
+
+def test_deview_checks_shapes():
+    with pytest.raises(ValueError, match="adjusted p-values"):
+        DEView(statistic=np.zeros(3), pvalue_adj=np.zeros(4))
+    with pytest.raises(ValueError, match="one-dimensional"):
+        DEView(statistic=np.zeros((2, 2)), pvalue_adj=np.zeros((2, 2)))
