@@ -408,12 +408,10 @@ def scipy_t(
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import anndata as ad
+    import numba
 
     if args.threads is not None:
-        import numba
-
         numba.set_num_threads(args.threads)
-    import numba
 
     from scperteval.dataset import Dataset
 
@@ -538,7 +536,6 @@ def main(argv: list[str] | None = None) -> int:
         scanpy_info=scanpy_info,
         scipy_err_t=scipy_err_t,
         n_pert=n_pert,
-        profile=profile,
     )
     print(f"\nload average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
 
@@ -793,7 +790,6 @@ def report(
     scanpy_info: dict[str, Any],
     scipy_err_t: float,
     n_pert: int,
-    profile: dict[str, float],
 ) -> list[dict[str, Any]]:
     """Print the results table and the targets; return the target rows."""
     t_sum, t_step = min(sums), min(steps)

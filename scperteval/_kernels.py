@@ -7,48 +7,86 @@ import numpy as np
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def csr_group_shifted_sums(
+def csr_group_moments(
     indptr: np.ndarray,
     indices: np.ndarray,
     data: np.ndarray,
-    codes: np.ndarray,
-    shift: np.ndarray,
-    n_blocks: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sums of shifted stored entries of a CSR matrix per group, per row block.
+    order: np.ndarray,
+    group_starts: np.ndarray,
+    n_features: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact two-pass mean and centred sum of squares of each group of CSR rows.
 
-    Rows are split into ``n_blocks`` contiguous blocks processed in parallel.
-    For each stored entry ``x`` of a row in group ``g`` and column ``f`` the
-    kernel adds ``x - shift[g, f]`` and its square, and counts the entry.
-    Rows with a negative group code are skipped.
+    Parameters
+    ----------
+    indptr, indices, data
+        The CSR matrix (any index and value dtypes).
+    order
+        Row numbers sorted by group: group ``g`` owns
+        ``order[group_starts[g]:group_starts[g + 1]]``.
+    group_starts
+        Offsets into ``order``, length ``n_groups + 1``.
+    n_features
+        Number of columns.
 
     Returns
     -------
-    tuple
-        Shifted sums, shifted sums of squares (float64) and stored-entry counts
-        (int64), each of shape ``(n_blocks, n_groups, n_features)``.
+    tuple of numpy.ndarray
+        Means and sums of squared deviations, each ``(n_groups, n_features)``
+        float64. Groups are processed in parallel, each by one thread, so no
+        per-thread copy of the result is needed. Entries not stored are zeros.
 
     """
-    n_rows = codes.shape[0]
-    n_groups, n_features = shift.shape
-    shifted_sum = np.zeros((n_blocks, n_groups, n_features))
-    shifted_sumsq = np.zeros((n_blocks, n_groups, n_features))
-    stored = np.zeros((n_blocks, n_groups, n_features), dtype=np.int64)
-    for block in numba.prange(n_blocks):
-        start = block * n_rows // n_blocks
-        stop = (block + 1) * n_rows // n_blocks
-        for row in range(start, stop):
-            group = codes[row]
-            if group < 0:
-                continue
-            sum_row = shifted_sum[block, group]
-            sumsq_row = shifted_sumsq[block, group]
-            count_row = stored[block, group]
-            shift_row = shift[group]
+    n_groups = group_starts.shape[0] - 1
+    mean = np.zeros((n_groups, n_features))
+    m2 = np.zeros((n_groups, n_features))
+    for group in numba.prange(n_groups):
+        start = group_starts[group]
+        stop = group_starts[group + 1]
+        n_rows = stop - start
+        if n_rows == 0:
+            continue
+        mean_row = mean[group]
+        m2_row = m2[group]
+        stored = np.zeros(n_features, dtype=np.int64)
+        for position in range(start, stop):
+            row = order[position]
+            for k in range(indptr[row], indptr[row + 1]):
+                mean_row[indices[k]] += np.float64(data[k])
+        for feature in range(n_features):
+            mean_row[feature] /= n_rows
+        for position in range(start, stop):
+            row = order[position]
             for k in range(indptr[row], indptr[row + 1]):
                 feature = indices[k]
-                deviation = np.float64(data[k]) - shift_row[feature]
-                sum_row[feature] += deviation
-                sumsq_row[feature] += deviation * deviation
-                count_row[feature] += 1
-    return shifted_sum, shifted_sumsq, stored
+                deviation = np.float64(data[k]) - mean_row[feature]
+                m2_row[feature] += deviation * deviation
+                stored[feature] += 1
+        for feature in range(n_features):
+            m2_row[feature] += (n_rows - stored[feature]) * mean_row[feature] ** 2
+    return mean, m2
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def scan_values(values: np.ndarray, n_blocks: int) -> tuple[int, float, float, bool]:
+    """One pass over a flat array: non-finite count, finite min and max, all-integer flag."""
+    n = values.shape[0]
+    nonfinite = np.zeros(n_blocks, dtype=np.int64)
+    minima = np.full(n_blocks, np.inf)
+    maxima = np.full(n_blocks, -np.inf)
+    integral = np.ones(n_blocks, dtype=np.bool_)
+    for block in numba.prange(n_blocks):
+        start = block * n // n_blocks
+        stop = (block + 1) * n // n_blocks
+        for i in range(start, stop):
+            value = np.float64(values[i])
+            if not np.isfinite(value):
+                nonfinite[block] += 1
+                continue
+            if value < minima[block]:
+                minima[block] = value
+            if value > maxima[block]:
+                maxima[block] = value
+            if integral[block] and value != np.floor(value):
+                integral[block] = False
+    return int(nonfinite.sum()), float(minima.min()), float(maxima.max()), bool(integral.all())

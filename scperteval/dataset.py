@@ -78,7 +78,9 @@ class Dataset:
         ``True`` opens the file read-only on disk, ``False`` loads it, ``"auto"``
         opens it backed when the file is larger than a third of available memory.
     chunk_cells
-        Number of rows read at a time when streaming the matrix.
+        Number of rows read at a time when streaming the matrix; by default all
+        rows of an in-memory matrix (read without copying) and
+        ``DEFAULT_CHUNK_CELLS`` of a backed one.
 
     Raises
     ------
@@ -98,7 +100,7 @@ class Dataset:
         normalize: bool = False,
         subset: Mapping[str, Any] | None = None,
         backed: bool | str = "auto",
-        chunk_cells: int = DEFAULT_CHUNK_CELLS,
+        chunk_cells: int | None = None,
     ) -> None:
         self.source = str(data) if isinstance(data, (str, os.PathLike)) else "AnnData"
         self.path = Path(data) if isinstance(data, (str, os.PathLike)) else None
@@ -109,7 +111,7 @@ class Dataset:
         self.layer = layer
         self.min_cells = int(min_cells)
         self.normalize = bool(normalize)
-        self.chunk_cells = int(chunk_cells)
+        self.chunk_cells = int(chunk_cells) if chunk_cells else 0
         if self.min_cells < 2:
             raise DatasetError(f"min_cells must be at least 2, got {min_cells}")
         self._check_shape_and_columns()
@@ -177,13 +179,20 @@ class Dataset:
         ``normalize`` was requested.
         """
         size = int(chunk_cells or self.chunk_cells)
+        if size <= 0:
+            size = DEFAULT_CHUNK_CELLS if self.is_backed or self.normalize else max(self.n_cells, 1)
         matrix = self.matrix()
         whole = self.cell_index.shape[0] == self.adata.n_obs
-        if not self.is_backed and whole and not self.normalize and size >= self.n_cells:
-            yield slice(0, self.n_cells), _as_rows(matrix)
+        in_memory_rows = not self.is_backed and whole and not self.normalize
+        if in_memory_rows and not sp.issparse(matrix) and size >= self.n_cells:
+            yield slice(0, self.n_cells), np.asarray(matrix)
             return
         for start in range(0, self.n_cells, size):
             stop = min(start + size, self.n_cells)
+            if in_memory_rows and sp.issparse(matrix) and matrix.format == "csr":
+                # Row ranges of an in-memory CSR matrix as views: no copy of the data.
+                yield slice(start, stop), _csr_row_view(matrix, start, stop)
+                continue
             rows = self.cell_index[start:stop]
             block = _read_rows(matrix, rows)
             if self.normalize:
@@ -296,21 +305,20 @@ class Dataset:
         normalize, self.normalize = self.normalize, False
         try:
             for _, block in self.iter_chunks():
-                values = block.data if sp.issparse(block) else np.asarray(block)
+                values = block.data if sp.issparse(block) else np.asarray(block).ravel()
                 if values.size == 0:
                     continue
-                finite = np.isfinite(values)
-                if not finite.all():
-                    bad = values[~finite]
+                n_nonfinite, low, high, integral = _scan(values)
+                if n_nonfinite:
+                    bad = values[~np.isfinite(values)]
                     raise self._fail(
-                        f"{layer} contains {bad.size} non-finite value(s) "
+                        f"{layer} contains {n_nonfinite} non-finite value(s) "
                         f"(e.g. {_listing(sorted(set(map(str, bad[:5].tolist()))))}); "
                         "remove or impute them"
                     )
-                minimum = min(minimum, float(values.min()))
-                maximum = max(maximum, float(values.max()))
-                if all_integer:
-                    all_integer = bool(np.all(values == np.round(values)))
+                minimum = min(minimum, low)
+                maximum = max(maximum, high)
+                all_integer = all_integer and integral
         finally:
             self.normalize = normalize
         if minimum < 0:
@@ -383,6 +391,19 @@ def _available_memory() -> float:
         return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
 
 
+def _csr_row_view(matrix: sp.csr_matrix, start: int, stop: int) -> sp.csr_matrix:
+    begin, end = int(matrix.indptr[start]), int(matrix.indptr[stop])
+    return sp.csr_matrix(
+        (
+            matrix.data[begin:end],
+            matrix.indices[begin:end],
+            matrix.indptr[start : stop + 1] - begin,
+        ),
+        shape=(stop - start, matrix.shape[1]),
+        copy=False,
+    )
+
+
 def _as_rows(matrix: Any) -> Any:
     if sp.issparse(matrix):
         return matrix if matrix.format == "csr" else sp.csr_matrix(matrix)
@@ -400,6 +421,14 @@ def _read_rows(matrix: Any, rows: np.ndarray) -> Any:
     if hasattr(block, "to_memory"):
         block = block.to_memory()
     return _as_rows(block)
+
+
+def _scan(values: np.ndarray) -> tuple[int, float, float, bool]:
+    from scperteval._kernels import scan_values
+
+    if not values.flags.c_contiguous:
+        values = np.ascontiguousarray(values)
+    return scan_values(values, max(1, min(64, values.size // 65536)))  # type: ignore[no-any-return]
 
 
 def _listing(values: Sequence[Any], limit: int = 12) -> str:

@@ -151,37 +151,19 @@ class GroupStats:
 def _sparse_moments(
     matrix: sp.csr_matrix, codes: np.ndarray, counts: np.ndarray, n_groups: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    from scperteval._kernels import csr_group_shifted_sums
+    from scperteval._kernels import csr_group_moments
 
-    matrix.sum_duplicates()
-    n_features = int(matrix.shape[1])
-    # Shift each group by one of its own cells: sums of squares about a value
-    # near the group mean do not cancel catastrophically (shifted-data algorithm).
-    first_row = np.full(n_groups, -1, dtype=np.int64)
-    present, first_index = np.unique(codes, return_index=True)
-    first_row[present] = first_index
-    shift = np.zeros((n_groups, n_features))
-    shift[present] = matrix[first_index].toarray()
-    n_blocks = max(1, min(_thread_count(), matrix.shape[0] // 4096))
-    shifted_sum, shifted_sumsq, stored = csr_group_shifted_sums(
-        matrix.indptr, matrix.indices, matrix.data, codes, shift, n_blocks
+    if not matrix.has_canonical_format:
+        matrix = matrix.copy()
+        matrix.sum_duplicates()
+    # Visiting rows group by group keeps each group's accumulators in cache and
+    # lets one thread own a group: an exact two-pass mean and sum of squares.
+    order = np.argsort(codes, kind="stable")
+    group_starts = np.zeros(n_groups + 1, dtype=np.int64)
+    np.cumsum(counts.astype(np.int64), out=group_starts[1:])
+    return csr_group_moments(  # type: ignore[no-any-return]
+        matrix.indptr, matrix.indices, matrix.data, order, group_starts, int(matrix.shape[1])
     )
-    shifted_sum = shifted_sum.sum(axis=0)
-    shifted_sumsq = shifted_sumsq.sum(axis=0)
-    # Entries not stored are zeros: each deviates from the shift by -shift.
-    implicit_zeros = counts[:, None] - stored.sum(axis=0)
-    shifted_sum -= implicit_zeros * shift
-    shifted_sumsq += implicit_zeros * shift**2
-    safe_counts = np.where(counts > 0, counts, 1.0)[:, None]
-    mean = np.where(counts[:, None] > 0, shift + shifted_sum / safe_counts, 0.0)
-    m2 = np.maximum(shifted_sumsq - shifted_sum**2 / safe_counts, 0.0)
-    return mean, m2
-
-
-def _thread_count() -> int:
-    import numba
-
-    return int(numba.get_num_threads())
 
 
 def _dense_moments(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from scperteval.halves import derive_seed
 from scperteval.metrics._common import DegenerateInput
 from scperteval.registry import Registry
 from scperteval.stats import GroupStats, subtract_group
@@ -151,6 +152,29 @@ def all_perturbed_sample(engine: Engine, condition: int) -> SourceData:
     if own_in_sample.size:
         moments = subtract_group(sample_stats, engine.moments_of(own_in_sample))
     return SourceData(centroid=moments.mean[0], positions=positions, moments=moments)
+
+
+@SOURCES.register(
+    "matched_perturbed_sample",
+    description="negative control: other perturbed cells, as many as the duplicate",
+    cells=True,
+)
+def matched_perturbed_sample(engine: Engine, condition: int) -> SourceData:
+    """A seeded subsample of :func:`all_perturbed_sample` the size of the duplicate.
+
+    For estimators whose bias depends on sample size (Sinkhorn), comparing the
+    truth with a positive and a negative control of equal size keeps the two
+    comparisons on the same footing; it also keeps optimal transport problems small.
+    """
+    pool = all_perturbed_sample(engine, condition).positions
+    assert pool is not None
+    size = engine.context.layout.positions(condition, "duplicate").size
+    target = engine.context.layout.conditions[condition]
+    if pool.size > size:
+        seed = derive_seed(engine.seed, "matched", target.covariate, target.perturbation)
+        pool = np.sort(np.random.default_rng(seed).choice(pool, size, replace=False))
+    moments = engine.moments_of(pool)
+    return SourceData(centroid=moments.mean[0], positions=pool, moments=moments)
 
 
 @SOURCES.register(

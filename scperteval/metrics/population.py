@@ -536,7 +536,7 @@ def mmd(
     pred: npt.ArrayLike,
     ctx: PerturbationContext | None = None,
     *,
-    bandwidth: float | None = None,
+    bandwidth: float | str | None = None,
     unbiased: bool = True,
 ) -> float:
     """Squared maximum mean discrepancy with the RBF kernel.
@@ -558,8 +558,11 @@ def mmd(
         Kernel width ``sigma``. ``None`` (default) uses the median heuristic: the
         median of the Euclidean distances ``||z_i - z_j||`` over pairs ``i < j`` of
         distinct points of the pooled sample ``z = gt ∪ pred``
-        (:func:`median_pairwise_distance`). When no two pooled points differ every
-        kernel value is 1 whatever the width, and sigma = 1 is used.
+        (:func:`median_pairwise_distance`). ``"truth"`` uses the same heuristic on
+        ``gt`` alone, so that every prediction scored against one truth is measured
+        with the same kernel (and the cost does not grow with the size of ``pred``).
+        When no two points differ every kernel value is 1 whatever the width, and
+        sigma = 1 is used.
     unbiased
         Use the unbiased within-sample terms.
 
@@ -582,6 +585,10 @@ def mmd(
     _check_sizes(x.shape[0], y.shape[0], unbiased)
     if bandwidth is None:
         sigma = median_pairwise_distance(np.vstack([x, y])) or 1.0
+    elif bandwidth == "truth":
+        sigma = median_pairwise_distance(x) or 1.0
+    elif isinstance(bandwidth, str):
+        raise ValueError(f"bandwidth must be None, 'truth' or a number, got {bandwidth!r}")
     else:
         sigma = _check_bandwidth(bandwidth)
     x, y = _centred(x, y)

@@ -1,0 +1,80 @@
+"""``scperteval list``: what can be named in protocols and suites."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+KINDS = ("protocols", "metrics", "spaces", "sources", "calibrators", "suites")
+
+
+def add_parser(commands: Any) -> None:
+    """Register the ``list`` subcommand."""
+    parser = commands.add_parser(
+        "list", help="list protocols, metrics, spaces, sources, calibrators or suites"
+    )
+    parser.add_argument("kind", choices=KINDS)
+    parser.add_argument(
+        "-p",
+        "--protocols",
+        default="default",
+        help="suite whose protocols to list (kind protocols)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def rows(kind: str, suite: str = "default") -> list[tuple[str, str]]:
+    """``(name, description)`` pairs of one kind."""
+    if kind == "protocols":
+        from scperteval.engine.suites import resolve_protocols
+
+        return [(p.name, _protocol_line(p)) for p in resolve_protocols(suite)]
+    if kind == "suites":
+        from scperteval.engine.suites import available_suites
+
+        return sorted(available_suites().items())
+    registry = _registry(kind)
+    return [(entry.name, _entry_line(entry)) for entry in registry]
+
+
+def _registry(kind: str) -> Any:
+    if kind == "metrics":
+        from scperteval.metrics import METRICS
+
+        return METRICS
+    if kind == "spaces":
+        from scperteval.engine.spaces import SPACES
+
+        return SPACES
+    if kind == "sources":
+        from scperteval.engine.sources import SOURCES
+
+        return SOURCES
+    from scperteval.engine.calibrators import CALIBRATORS
+
+    return CALIBRATORS
+
+
+def _protocol_line(protocol: Any) -> str:
+    return (
+        f"{protocol.description} [{protocol.metric.label()}, {protocol.representation}/"
+        f"{protocol.scope}, space {protocol.space}, centering {protocol.centering}, "
+        f"+ {protocol.positive}, - {protocol.negative}]"
+    )
+
+
+def _entry_line(entry: Any) -> str:
+    meta = entry.meta
+    details = [
+        f"{k}={meta[k]}" for k in ("representation", "scope", "better", "perfect") if k in meta
+    ]
+    return entry.description + (f" [{', '.join(details)}]" if details else "")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``scperteval list``."""
+    entries = rows(args.kind, args.protocols)
+    width = max((len(name) for name, _ in entries), default=0)
+    for name, description in entries:
+        print(f"{name:<{width}}  {description}")
+    return 0

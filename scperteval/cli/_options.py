@@ -1,0 +1,51 @@
+"""Options shared by several subcommands."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+
+def add_dataset_options(parser: argparse.ArgumentParser) -> None:
+    """Options that say how to read the perturbation dataset."""
+    group = parser.add_argument_group("dataset")
+    group.add_argument("--perturbation-key", default="perturbation", help="obs column of labels")
+    group.add_argument("--control-label", default="control", help="label of control cells")
+    group.add_argument("--covariate-key", default=None, help="obs column of cell line / type")
+    group.add_argument("--layer", default=None, help="read this layer instead of X")
+    group.add_argument("--min-cells", type=int, default=4, help="minimum cells per perturbation")
+    group.add_argument(
+        "--normalize", action="store_true", help="normalize_total(1e4) + log1p raw counts first"
+    )
+    group.add_argument(
+        "--subset",
+        action="append",
+        default=[],
+        metavar="COLUMN=VALUE",
+        help="keep cells whose obs COLUMN equals VALUE (repeatable; VALUE may be a,b,c)",
+    )
+
+
+def parse_subset(items: Sequence[str]) -> dict[str, Any]:
+    """``["dataset=norman19"]`` -> ``{"dataset": ["norman19"]}``."""
+    subset: dict[str, Any] = {}
+    for item in items:
+        column, sep, value = item.partition("=")
+        if not sep or not column:
+            raise SystemExit(f"scperteval: --subset expects COLUMN=VALUE, got {item!r}")
+        subset[column] = value.split(",")
+    return subset
+
+
+def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments of the Python API from the dataset options."""
+    return {
+        "perturbation_key": args.perturbation_key,
+        "control_label": args.control_label,
+        "covariate_key": args.covariate_key,
+        "layer": args.layer,
+        "min_cells": args.min_cells,
+        "normalize": args.normalize,
+        "subset": parse_subset(args.subset),
+    }
