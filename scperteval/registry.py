@@ -96,7 +96,11 @@ def parse_spec(spec: Any) -> tuple[str | Callable[..., Any], dict[str, Any]]:
             call = ast.parse(f"f({args})", mode="eval").body
         except SyntaxError as exc:
             raise SpecError(f"cannot read options of spec {spec!r}: {exc.msg}") from None
-        assert isinstance(call, ast.Call)
+        # Only ``f(...)`` itself: "name(k=1).x()" or "name(k=1)(k=2)" are not specs.
+        if not (
+            isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "f"
+        ):
+            raise SpecError(f"cannot read spec {spec!r}: expected 'name(key=value, ...)'")
         if call.args:
             raise SpecError(f"spec {spec!r}: options must be given as key=value")
         for keyword in call.keywords:
@@ -212,6 +216,10 @@ class Registry:
         return BoundSpec(entry=entry, options=dict(options))
 
 
+#: Parameters the engine always passes itself (the metric context): never options.
+CALLER_FILLED = frozenset({"ctx"})
+
+
 def check_options(entry: Entry, options: Mapping[str, Any], kind: str = "function") -> None:
     """Fail early when ``options`` are not keyword parameters of ``entry.func``."""
     if not options:
@@ -228,6 +236,7 @@ def check_options(entry: Entry, options: Mapping[str, Any], kind: str = "functio
         for name, p in params.items()
         if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         and p.default is not inspect.Parameter.empty
+        and name not in CALLER_FILLED
     ]
     unknown = sorted(set(options) - set(valid))
     if unknown:

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 import scperteval
-from scperteval.cli import EXAMPLE_SETTINGS, main
+from scperteval.cli import main
+from scperteval.cli._de import EXAMPLE_SETTINGS
 
 COLUMNS = [
     "covariate",

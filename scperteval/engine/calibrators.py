@@ -12,10 +12,12 @@ From the positive and negative controls' scores of every perturbation:
   negative control.
 
 A perturbation where either control is NaN is skipped (and counted in
-``n_skipped``). Unbiased distance estimates (energy distance, MMD) can be
-negative when two samples do not differ detectably; such values are used as
-they are, since ordering the two controls is what matters, and the number of
-perturbations with a negative control estimate is reported (``n_negative``).
+``n_skipped``). Unbiased distance estimates (energy distance, MMD) can fall
+below their perfect value 0 when two samples do not differ detectably; such
+values are used as they are (the DRF of a positive control below 0 is clipped
+to 1, as it is as close to the truth as the estimator can tell), and the number
+of perturbations where a lower-is-better control scored below its perfect value
+is reported (``n_negative``).
 
 A protocol is **trusted** on a dataset when, over all its perturbations,
 ``bds >= bds_min`` and the DRF statistic (median by default) ``>= drf_min``.
@@ -160,14 +162,17 @@ def calibration_table(
 
     """
     controls = results[results["source"].isin(["positive", "negative"])]
-    wide = controls.pivot_table(
-        index=["protocol", "covariate", "perturbation"],
-        columns="source",
-        values="value",
-        aggfunc="first",
-        dropna=False,
-        observed=True,
-    ).reset_index()
+    # groupby + unstack keeps only observed (protocol, covariate, perturbation)
+    # rows (pivot_table(dropna=False) would add every combination of the three
+    # labels, counting perturbations absent from a covariate group as skipped).
+    wide = (
+        controls.groupby(
+            ["protocol", "covariate", "perturbation", "source"], observed=True, sort=True
+        )["value"]
+        .first()
+        .unstack("source")
+        .reset_index()
+    )
     for column in ("positive", "negative"):
         if column not in wide:
             wide[column] = np.nan
@@ -189,12 +194,16 @@ def calibration_table(
         if len(groups) > 1 or groups[0][0] != OVERALL:
             groups.append((OVERALL, frame))
         for covariate, part in groups:
-            rows.append(_summarise(str(protocol), covariate, part, thresholds))
+            rows.append(_summarise(str(protocol), covariate, part, thresholds, meta))
     return pd.DataFrame(rows, columns=CALIBRATION_COLUMNS)
 
 
 def _summarise(
-    protocol: str, covariate: str, part: pd.DataFrame, thresholds: Thresholds
+    protocol: str,
+    covariate: str,
+    part: pd.DataFrame,
+    thresholds: Thresholds,
+    meta: Mapping[str, Any],
 ) -> dict[str, Any]:
     valid = part[np.isfinite(part["drf"]) & np.isfinite(part["bds"])]
     n = int(len(valid))
@@ -203,7 +212,13 @@ def _summarise(
     bds_value = float(valid["bds"].mean()) if n else np.nan
     drf_value = drf_median if thresholds.drf_statistic == "median" else drf_mean
     trusted = bool(n > 0 and bds_value >= thresholds.bds_min and drf_value >= thresholds.drf_min)
-    negative = (part["positive"] < 0) | (part["negative"] < 0)
+    # Only a lower-is-better estimate can overshoot its perfect value (an unbiased
+    # distance below 0); for other metrics the count is 0 by construction.
+    perfect = float(meta["perfect"])
+    if meta["better"] == "lower":
+        negative = (part["positive"] < perfect) | (part["negative"] < perfect)
+    else:
+        negative = pd.Series(False, index=part.index)
     return {
         "protocol": protocol,
         "covariate": covariate,

@@ -19,6 +19,8 @@ __all__ = ["Protocol", "ProtocolFamily", "REPRESENTATIONS", "SCOPES", "CENTERING
 REPRESENTATIONS = ("centroid", "population", "de")
 SCOPES = ("perturbation", "dataset")
 CENTERINGS = ("none", "control", "perturbed")
+#: Leaderboard columns that a protocol column must not shadow.
+RESERVED_NAMES = frozenset({"model", "kind", "score", "rank"})
 _FIELDS = {
     "name",
     "metric",
@@ -112,6 +114,10 @@ class Protocol:
         if "name" not in spec or "metric" not in spec:
             raise SpecError(f"a protocol needs 'name' and 'metric': {dict(spec)!r}")
         name = str(spec["name"])
+        if name in RESERVED_NAMES:
+            raise SpecError(
+                f"protocol name {name!r} is reserved for a leaderboard column; choose another"
+            )
         metric = METRICS.resolve(spec["metric"])
         meta = metric.entry.meta
         representation = str(spec.get("representation", meta.get("representation", "centroid")))

@@ -68,12 +68,41 @@ def top_k(engine: Engine, condition: int, *, k: int = 50) -> FeatureMap:
 @SPACES.register(
     "degs_padj", description="genes with truth adjusted p-value < alpha", per_condition=True
 )
-def degs_padj(engine: Engine, condition: int, *, alpha: float = 0.05) -> FeatureMap:
-    """Genes whose truth-half DE adjusted p-value is below ``alpha`` (may be empty: NaN)."""
+def degs_padj(
+    engine: Engine, condition: int, *, alpha: float = 0.05, min_genes: int = 1
+) -> FeatureMap:
+    """Genes whose truth DE adjusted p-value is below ``alpha``.
+
+    Fewer than ``min_genes`` such genes (e.g. none) make the protocol undefined
+    for the perturbation: NaN with the reason.
+    """
     genes = np.flatnonzero(engine.truth_de().pvalue_adj[condition] < alpha)
-    if genes.size == 0:
-        raise DegenerateInput(f"no gene has adjusted p-value < {alpha} in the truth")
+    if genes.size < max(int(min_genes), 1):
+        raise DegenerateInput(
+            f"{genes.size} gene(s) with adjusted p-value < {alpha} in the truth "
+            f"(at least {max(int(min_genes), 1)} needed)"
+        )
     return _selection(engine, f"degs_padj(alpha={alpha})", genes)
+
+
+@SPACES.register(
+    "expressed",
+    description="genes that vary in the truth or its reference (measurable DE)",
+    per_condition=True,
+)
+def expressed(engine: Engine, condition: int) -> FeatureMap:
+    """Genes with non-zero variance in the truth or in the other perturbed cells.
+
+    A gene constant in both (typically never detected) has ``t = 0`` for every
+    candidate: it cannot be a DEG and only adds ties, which rewards any
+    candidate that merely ranks expressed genes first.
+    """
+    truth = engine.context.condition_stats(engine.truth_half).variance()[condition]
+    rest = engine.context.rest_stats().variance()[condition]
+    genes = np.flatnonzero((np.nan_to_num(truth) > 0) | (np.nan_to_num(rest) > 0))
+    if genes.size == 0:
+        raise DegenerateInput("no gene varies in the truth or its reference")
+    return _selection(engine, "expressed", genes)
 
 
 @SPACES.register(

@@ -58,7 +58,10 @@ def _de_view(engine: Engine, condition: int, source: SourceData, space: FeatureM
     """DE of a source against the truth's reference (the other perturbed cells).
 
     Cells: Welch t from their moments. A centroid without cells: its difference
-    from the reference mean ranks the genes (no p-values).
+    from the reference mean, standardised as a t statistic would be with the
+    reference's variance standing in for the unknown target variance and the
+    truth's cell count (no p-values). Without the standardisation, genes with a
+    large spread would rank high whatever the prediction.
     """
     assert space.genes is not None
     rest = engine.context.rest_stats().select([condition])
@@ -76,7 +79,11 @@ def _de_view(engine: Engine, condition: int, source: SourceData, space: FeatureM
         padj = adjust_pvalues(pvalue)[0]
         statistic = statistic[0]
     else:
-        statistic = source.centroid - rest.mean[0]
+        n_truth = engine.context.condition_stats(engine.truth_half).n[condition]
+        spread = np.sqrt(rest.variance()[0] * (1.0 / n_truth + 1.0 / rest.n[0]))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            statistic = (source.centroid - rest.mean[0]) / spread
+        statistic = np.where(np.isfinite(statistic), statistic, 0.0)
         padj = np.full(statistic.shape, np.nan)
     return DEView(statistic=statistic[space.genes], pvalue_adj=padj[space.genes])
 

@@ -1,0 +1,149 @@
+"""``scperteval score`` and ``scperteval report``: calibrated leaderboards."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from scperteval.cli._options import add_dataset_options, dataset_kwargs
+
+
+def add_parser(commands: Any) -> None:
+    """Register the ``score`` and ``report`` subcommands."""
+    score = commands.add_parser(
+        "score",
+        help="score models and baselines, calibrated, and write a leaderboard report",
+        description=(
+            "Score every model's predictions and the built-in baselines against the truth "
+            "half, express each score between the negative (0) and positive (1) control, "
+            "rank on trusted protocols and write leaderboard tables, figures and report.html."
+        ),
+    )
+    score.add_argument("data", help="truth .h5ad file (log-normalised)")
+    score.add_argument(
+        "--pred",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a model's predictions (.h5ad; repeatable), or a folder of .h5ad files",
+    )
+    score.add_argument("-p", "--protocols", default="default", help="suite, .toml or names")
+    add_dataset_options(score)
+    score.add_argument("--seed", type=int, default=0)
+    score.add_argument("--workers", type=int, default=1)
+    score.add_argument(
+        "--de-method", default="t-test", choices=["t-test", "t-test_overestim_var", "wilcoxon"]
+    )
+    score.add_argument(
+        "--truth",
+        default="half",
+        choices=["half", "all"],
+        help="half: calibrated scores vs the truth half (default); all: plain scores",
+    )
+    score.add_argument(
+        "--no-baselines", action="store_true", help="do not score the built-in baselines"
+    )
+    score.add_argument(
+        "--allow-missing", action="store_true", help="score models that miss perturbations"
+    )
+    _add_report_options(score)
+    score.add_argument("--out", required=True, help="output folder")
+    score.set_defaults(handler=run_score)
+
+    report = commands.add_parser(
+        "report",
+        help="re-derive calibration, leaderboard and figures from stored results",
+        description=(
+            "Rebuild the leaderboard and report from results.parquet without the data; "
+            "several folders (same data checksum and seed) merge into one leaderboard."
+        ),
+    )
+    report.add_argument("folders", nargs="+", help="output folder(s) of scperteval score")
+    _add_report_options(report, defaults=False)
+    report.add_argument("--out", default=None, help="output folder (default: the input folder)")
+    report.set_defaults(handler=run_report)
+
+
+def _add_report_options(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
+    parser.add_argument(
+        "--thresholds",
+        default="" if defaults else None,
+        metavar="bds=0.75,drf=0.2,statistic=median",
+    )
+    parser.add_argument(
+        "--aggregate", choices=["mean", "median"], default="median" if defaults else None
+    )
+    parser.add_argument(
+        "--correction", choices=["bonferroni", "bh"], default="bonferroni" if defaults else None
+    )
+    parser.add_argument("--no-figures", action="store_true", help="skip the figures")
+
+
+def _thresholds(text: str | None) -> Any:
+    from scperteval.engine.calibrators import Thresholds
+    from scperteval.errors import SpecError
+
+    if text is None:
+        return None
+    try:
+        return Thresholds.parse(text)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def _print(result: Any, out: Path) -> None:
+    board = result.leaderboard
+    print(board)
+    if board.calibrated:
+        print(
+            f"score = {board.aggregate} calibrated score over trusted protocols: "
+            f"{', '.join(board.trusted) or '(none)'}"
+        )
+        for protocol, reason in board.excluded.items():
+            print(f"  excluded {protocol}: {reason}")
+    print(f"report: {out / 'report.html'}")
+
+
+def run_score(args: argparse.Namespace) -> int:
+    """Run ``scperteval score``."""
+    from scperteval.errors import SpecError
+    from scperteval.scoring.api import score
+
+    if not args.pred:
+        raise SpecError("give at least one model with --pred NAME=PATH (or a folder)")
+    result = score(
+        args.data,
+        args.pred,
+        protocols=args.protocols,
+        **dataset_kwargs(args),
+        seed=args.seed,
+        de_method=args.de_method,
+        truth=args.truth,
+        baselines=not args.no_baselines,
+        allow_missing=args.allow_missing,
+        aggregate=args.aggregate,
+        thresholds=_thresholds(args.thresholds),
+        correction=args.correction,
+        workers=args.workers,
+        out=args.out,
+        figures=not args.no_figures,
+    )
+    _print(result, Path(args.out))
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Run ``scperteval report``."""
+    from scperteval.scoring.api import report
+
+    result = report(
+        args.folders,
+        out=args.out,
+        thresholds=_thresholds(args.thresholds),
+        aggregate=args.aggregate,
+        correction=args.correction,
+        figures=not args.no_figures,
+    )
+    _print(result, Path(args.out or args.folders[0]))
+    return 0

@@ -1,0 +1,251 @@
+"""The report's figures, drawn on matplotlib ``Figure`` objects (no pyplot, no global backend).
+
+Each ``*_figure`` function returns a figure or ``None`` when the result holds
+nothing to draw (for example calibration figures in plain mode).
+:func:`draw_figures` collects them and :func:`render` turns one into PNG and
+SVG bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import matplotlib as mpl
+import numpy as np
+import pandas as pd
+from matplotlib.colors import Normalize, TwoSlopeNorm
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from scperteval.report.panels import distribution_figure, positive_figure
+
+__all__ = ["FIGURES", "draw_figures", "render", "heatmap_figure", "calibration_figure"]
+
+FIGURES = {
+    "heatmap": "Aggregate score of each model (rows) on each protocol (columns).",
+    "calibration": "DRF and BDS of each protocol, with the trust thresholds.",
+    "distributions": "Per-perturbation scores of each model.",
+    "versus_positive": "Each model's per-perturbation value against the positive control's.",
+}
+UNTRUSTED_COLOUR = "#8c8c8c"
+TRUSTED_COLOUR = "#3b6ea8"
+ANNOTATE_MAX_COLUMNS = 25
+
+
+def _limits(values: np.ndarray) -> tuple[float, float]:
+    finite = values[np.isfinite(values)]
+    low = float(finite.min()) if finite.size else 0.0
+    high = float(finite.max()) if finite.size else 1.0
+    return min(-0.25, max(low, -2.0)), max(1.25, min(high, 2.0))
+
+
+def _plain_colours(table: pd.DataFrame, columns: list[str], board: Any) -> np.ndarray:
+    """Rank of each value within its column (1 = best), for colouring raw values."""
+    ranks = np.full((len(table), len(columns)), np.nan)
+    for j, column in enumerate(columns):
+        lower = column == "score" or board.better.get(column) == "lower"
+        ranks[:, j] = table[column].rank(ascending=lower, method="average").to_numpy()
+    return ranks
+
+
+def heatmap_figure(result: Any) -> Figure | None:
+    """Heatmap of models (rows) by protocols (columns), the overall score first.
+
+    Calibrated mode colours calibrated scores with a diverging map centred at 0
+    (the negative control), 1 (the positive control) marked on the colour bar;
+    protocols excluded from the score are hatched and their labels greyed.
+    Plain mode colours each column's ranks and prints the raw values.
+
+    Parameters
+    ----------
+    result
+        A :class:`~scperteval.scoring.api.ScoreResult`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure or None
+        ``None`` when the leaderboard is empty.
+    """
+    board = result.leaderboard
+    table = board.table
+    columns = ["score", *board.protocols]
+    if table.empty or not board.protocols:
+        return None
+    values = table[columns].to_numpy(dtype=np.float64)
+    n_rows, n_cols = values.shape
+    fig = Figure(figsize=(2.8 + 0.42 * n_cols, 1.6 + 0.36 * n_rows), layout="constrained")
+    ax = fig.add_subplot()
+    if board.calibrated:
+        low, high = _limits(values)
+        cmap = mpl.colormaps["RdBu"].with_extremes(bad="#e6e6e6")
+        norm: Normalize = TwoSlopeNorm(vmin=low, vcenter=0.0, vmax=high)
+        image = ax.imshow(values, cmap=cmap, norm=norm, aspect="auto")
+        bar = fig.colorbar(image, ax=ax, extend="both", shrink=0.9)
+        bar.ax.axhline(1.0, color="black", linewidth=2)
+        bar.set_ticks(sorted({low, 0.0, 1.0, high}))
+        bar.set_label("calibrated score (0 = negative, 1 = positive control)")
+    else:
+        ranks = _plain_colours(table, columns, board)
+        cmap = mpl.colormaps["viridis_r"].with_extremes(bad="#e6e6e6")
+        image = ax.imshow(ranks, cmap=cmap, aspect="auto", vmin=1, vmax=max(n_rows, 2))
+        bar = fig.colorbar(image, ax=ax, shrink=0.9)
+        bar.set_label("rank within column (1 = best)")
+    if n_cols <= ANNOTATE_MAX_COLUMNS:
+        spec = ".2f" if board.calibrated else ".3g"
+        for i in range(n_rows):
+            for j in range(n_cols):
+                if np.isfinite(values[i, j]):
+                    ax.text(
+                        j,
+                        i,
+                        format(values[i, j] + 0.0, spec),
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        color="black",
+                    )
+    excluded = set(board.excluded) if board.calibrated else set()
+    for j, column in enumerate(columns):
+        if column in excluded:
+            ax.add_patch(
+                Rectangle(
+                    (j - 0.5, -0.5),
+                    1,
+                    n_rows,
+                    fill=False,
+                    hatch="///",
+                    edgecolor=UNTRUSTED_COLOUR,
+                    linewidth=0,
+                )
+            )
+    ax.axvline(0.5, color="white", linewidth=3)
+    ax.set_xticks(range(n_cols), columns, rotation=55, ha="right", rotation_mode="anchor")
+    ax.set_yticks(range(n_rows), [str(m) for m in table["model"]])
+    for label, column in zip(ax.get_xticklabels(), columns, strict=True):
+        if column == "score":
+            label.set_fontweight("bold")
+        elif column in excluded:
+            label.set_color(UNTRUSTED_COLOUR)
+            label.set_fontstyle("italic")
+    for label, kind in zip(ax.get_yticklabels(), table["kind"], strict=True):
+        if kind != "model":
+            label.set_color("#555555")
+    title = (
+        f"{board.aggregate} calibrated score"
+        if board.calibrated
+        else f"{board.aggregate} raw value"
+    )
+    if excluded:
+        title += " (hatched, grey label: excluded from score)"
+    ax.set_title(title, fontsize=10)
+    return fig
+
+
+def calibration_figure(result: Any) -> Figure | None:
+    """DRF (median bar, mean marker) and BDS per protocol, with the trust thresholds.
+
+    Parameters
+    ----------
+    result
+        A :class:`~scperteval.scoring.api.ScoreResult`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure or None
+        ``None`` in plain mode (no calibration table).
+    """
+    calibration = result.calibration
+    if calibration.empty or "covariate" not in calibration:
+        return None
+    overall = calibration[calibration["covariate"].astype(str) == "all"].set_index("protocol")
+    order = [p for p in result.leaderboard.protocols if p in overall.index]
+    order += [p for p in overall.index if p not in order]
+    if not order:
+        return None
+    overall = overall.loc[order]
+    thresholds = result.thresholds
+    positions = np.arange(len(order))
+    colours = [TRUSTED_COLOUR if bool(t) else UNTRUSTED_COLOUR for t in overall["trusted"]]
+    fig = Figure(figsize=(9.0, 1.4 + 0.3 * len(order)), layout="constrained")
+    drf_ax, bds_ax = fig.subplots(1, 2, sharey=True)
+    drf_ax.barh(positions, overall["drf_median"], color=colours, height=0.7, label="median DRF")
+    drf_ax.scatter(
+        overall["drf_mean"], positions, marker="D", s=22, color="black", zorder=3, label="mean DRF"
+    )
+    drf_ax.axvline(
+        thresholds.drf_min,
+        color="#c0392b",
+        linestyle="--",
+        label=f"threshold ({thresholds.drf_statistic} >= {thresholds.drf_min})",
+    )
+    drf_ax.axvline(0.0, color="black", linewidth=0.8)
+    drf_ax.set_xlim(-1.05, 1.05)
+    drf_ax.set_xlabel("DRF (dynamic range fraction)")
+    drf_ax.legend(loc="lower left", fontsize=7)
+    bds_ax.barh(positions, overall["bds"], color=colours, height=0.7)
+    bds_ax.axvline(
+        thresholds.bds_min,
+        color="#c0392b",
+        linestyle="--",
+        label=f"threshold (>= {thresholds.bds_min})",
+    )
+    bds_ax.set_xlim(0.0, 1.02)
+    bds_ax.set_xlabel("BDS (fraction positive beats negative)")
+    bds_ax.legend(loc="lower left", fontsize=7)
+    drf_ax.set_yticks(positions, order)
+    drf_ax.invert_yaxis()
+    for label, trusted in zip(drf_ax.get_yticklabels(), overall["trusted"], strict=True):
+        if not bool(trusted):
+            label.set_color(UNTRUSTED_COLOUR)
+            label.set_fontstyle("italic")
+    fig.suptitle("Calibration over all perturbations (grey: not trusted)", fontsize=10)
+    return fig
+
+
+def draw_figures(result: Any) -> dict[str, Figure]:
+    """Draw every figure the result supports.
+
+    Parameters
+    ----------
+    result
+        A :class:`~scperteval.scoring.api.ScoreResult`.
+
+    Returns
+    -------
+    dict
+        Name (a key of ``FIGURES``) to figure, in report order; figures with
+        nothing to show are left out.
+    """
+    makers = {
+        "heatmap": heatmap_figure,
+        "calibration": calibration_figure,
+        "distributions": distribution_figure,
+        "versus_positive": positive_figure,
+    }
+    figures = {}
+    for name, maker in makers.items():
+        figure = maker(result)
+        if figure is not None:
+            figures[name] = figure
+    return figures
+
+
+def render(figure: Figure) -> tuple[bytes, bytes]:
+    """PNG and SVG bytes of a figure, without timestamps (reproducible files).
+
+    Parameters
+    ----------
+    figure
+        The figure to save.
+
+    Returns
+    -------
+    tuple of bytes
+        PNG, SVG.
+    """
+    png, svg = io.BytesIO(), io.BytesIO()
+    figure.savefig(png, format="png", dpi=110, metadata={"Software": None})
+    with mpl.rc_context({"svg.hashsalt": "scperteval", "svg.fonttype": "path"}):
+        figure.savefig(svg, format="svg", metadata={"Date": None})
+    return png.getvalue(), svg.getvalue()

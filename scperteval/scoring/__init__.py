@@ -1,0 +1,1 @@
+"""Scoring models: predictions, baselines, calibrated scores, tests and leaderboards."""

@@ -1,0 +1,125 @@
+"""Built-in baselines, scored like models in every leaderboard.
+
+- ``dataset_mean``: the mean of the other perturbations' centroids.
+- ``control_mean``: the control centroid.
+- ``technical_duplicate``: the perturbation's cells outside the truth half.
+- ``interpolated_duplicate``: the duplicate shrunk towards the dataset mean.
+- ``additive`` (when the data has combinations): control mean plus each single's effect.
+- ``linear``: a ridge regression from target-gene embeddings to expression
+  changes (after Ahlmann-Eltze et al. 2025), see :func:`linear_baseline`.
+
+What each baseline sees: the first four and ``additive`` are sources of the
+engine (see :mod:`scperteval.engine.sources`) and never use the truth half.
+The linear baseline, for a perturbation ``p``, is fitted on the centroids of the
+*other* perturbations of the covariate group (all their cells) and on the
+control mean; it never sees any cell of ``p``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from scperteval.engine.dispatch import Candidate
+from scperteval.engine.sources import SourceData
+from scperteval.metrics import DegenerateInput
+
+if TYPE_CHECKING:
+    from scperteval.engine.engine import Engine
+
+__all__ = ["baseline_candidates", "linear_baseline", "BASELINES"]
+
+BASELINES = (
+    "dataset_mean",
+    "control_mean",
+    "technical_duplicate",
+    "interpolated_duplicate",
+    "additive",
+    "linear",
+)
+LINEAR_COMPONENTS = 10
+LINEAR_RIDGE = 0.1
+
+
+def baseline_candidates(engine: Engine, names: tuple[str, ...] = BASELINES) -> list[Candidate]:
+    """Candidates for the built-in baselines (``additive`` only when combinations exist)."""
+    has_combinations = any(c.is_combination for c in engine.context.layout.conditions)
+    candidates = []
+    for name in names:
+        if name == "additive" and not has_combinations:
+            continue
+        if name == "linear":
+            candidates.append(Candidate("baseline", name, linear_baseline))
+        elif name == "technical_duplicate" and engine.truth_half == "all":
+            continue
+        elif name == "interpolated_duplicate" and engine.truth_half == "all":
+            continue
+        else:
+            candidates.append(Candidate("baseline", name, _source_getter(name)))
+    return candidates
+
+
+def _source_getter(name: str):  # type: ignore[no-untyped-def]
+    def getter(engine: Engine, condition: int) -> SourceData:
+        return engine.source(name, condition)  # type: ignore[no-any-return]
+
+    return getter
+
+
+def linear_baseline(engine: Engine, condition: int) -> SourceData:
+    """Ridge prediction of a perturbation's centroid from its target genes' embeddings.
+
+    For perturbation ``p`` in covariate group ``c``:
+
+    1. ``D`` = centroids (all cells) of the group's *other* perturbations minus
+       the control mean: a (perturbations x genes) matrix of expression changes.
+    2. Gene embeddings ``E`` = the first ``k`` right singular vectors of ``D``
+       scaled by their singular values (genes x k), ``k = min(10, rank)``.
+    3. A perturbation is embedded by the mean of its target genes' rows of ``E``
+       (components of ``A+B`` included); perturbations with no measured target
+       are left out of the fit.
+    4. Ridge regression (penalty 0.1) from embeddings to rows of ``D``, with an
+       intercept; ``p``'s prediction is the control mean plus the regression at
+       its embedding.
+
+    Raises
+    ------
+    DegenerateInput
+        When none of ``p``'s targets is a measured gene or fewer than 3 other
+        perturbations have one.
+
+    """
+    context = engine.context
+    own_targets = engine.target_genes(condition)
+    if own_targets.size == 0:
+        raise DegenerateInput("linear baseline: the perturbation's targets are not measured")
+    covariate = engine.covariate_index(condition)
+    others = [int(k) for k in engine.conditions_of(covariate) if int(k) != condition]
+    control = context.control_means()[condition]
+    deltas = context.centroids("all")[others] - control
+    _, singular, vt = np.linalg.svd(deltas - deltas.mean(axis=0), full_matrices=False)
+    n_components = int(
+        min(LINEAR_COMPONENTS, np.sum(singular > 1e-12 * max(singular.max(), 1e-300)))
+    )
+    if n_components == 0:
+        raise DegenerateInput("linear baseline: the other perturbations do not vary")
+    embedding = (vt[:n_components] * singular[:n_components, None]).T
+    features, targets = [], []
+    for row, k in enumerate(others):
+        genes = engine.target_genes(k)
+        if genes.size:
+            features.append(embedding[genes].mean(axis=0))
+            targets.append(deltas[row])
+    if len(features) < 3:
+        raise DegenerateInput(
+            "linear baseline: fewer than 3 other perturbations with measured targets"
+        )
+    x = np.asarray(features)
+    y = np.asarray(targets)
+    x_mean, y_mean = x.mean(axis=0), y.mean(axis=0)
+    xc = x - x_mean
+    weights = np.linalg.solve(xc.T @ xc + LINEAR_RIDGE * np.eye(n_components), xc.T @ (y - y_mean))
+    query = embedding[own_targets].mean(axis=0)
+    prediction = control + y_mean + (query - x_mean) @ weights
+    return SourceData(centroid=np.maximum(prediction, 0.0))

@@ -1,0 +1,95 @@
+"""Everything after the tidy results table, as pure functions of it.
+
+Calibration, calibrated scores, aggregates, paired tests and the leaderboard
+are derived from the results table alone (plus each protocol's direction and
+perfect value), so stored results can be re-reported, re-thresholded and merged
+without the data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from scperteval.engine.calibrators import Thresholds, calibration_table, verdict_reasons
+from scperteval.scoring.calibrated import add_calibrated, aggregate
+from scperteval.scoring.leaderboard import Leaderboard, build_leaderboard
+from scperteval.scoring.significance import NEGATIVE_BASELINES, paired_tests
+
+__all__ = ["Derived", "derive"]
+
+ENTRY_SOURCES = ("model", "baseline")
+
+
+@dataclass
+class Derived:
+    """Tables derived from a results table."""
+
+    results: pd.DataFrame
+    calibration: pd.DataFrame
+    aggregates: pd.DataFrame
+    leaderboard: Leaderboard
+    tests: pd.DataFrame
+
+
+def derive(
+    results: pd.DataFrame,
+    protocols: pd.DataFrame,
+    thresholds: Thresholds,
+    aggregate_by: str = "median",
+    correction: str = "bonferroni",
+    calibrated: bool = True,
+    seed: int = 0,
+) -> Derived:
+    """Derive calibration, calibrated scores, aggregates, tests and the leaderboard.
+
+    Parameters
+    ----------
+    results
+        Tidy results (``covariate, perturbation, protocol, source, source_name,
+        value``); ``source`` is ``positive``/``negative`` for controls and
+        ``model``/``baseline`` for what is ranked.
+    protocols
+        One row per protocol with at least ``protocol, better, perfect``.
+    thresholds
+        When a protocol is trusted.
+    aggregate_by
+        ``mean`` or ``median`` over perturbations.
+    correction
+        Multiple-testing correction of the paired tests.
+    calibrated
+        Calibrated scores (truth half) or plain scores (truth = all cells).
+    seed
+        Seed of the bootstrap confidence intervals.
+
+    """
+    better = {str(row.protocol): str(row.better) for row in protocols.itertuples()}
+    meta = {
+        str(row.protocol): {"better": str(row.better), "perfect": float(row.perfect)}
+        for row in protocols.itertuples()
+    }
+    order = [str(p) for p in protocols["protocol"]]
+    if calibrated:
+        calibration = calibration_table(results, meta, thresholds)
+        reasons = verdict_reasons(calibration, thresholds)
+        trusted = [p for p in order if reasons.get(p) == ""]
+        excluded = {p: reasons.get(p) or "no control values" for p in order if p not in trusted}
+        with_calibrated = add_calibrated(results, better)
+        column = "calibrated"
+    else:
+        calibration = pd.DataFrame()
+        trusted, excluded = list(order), {}
+        with_calibrated = results.assign(calibrated=float("nan"))
+        column = "value"
+    entries = with_calibrated[with_calibrated["source"].isin(ENTRY_SOURCES)]
+    aggregates = aggregate(entries, column=column, seed=seed)
+    board = build_leaderboard(
+        aggregates, order, better, trusted, excluded, aggregate_by, calibrated=calibrated
+    )
+    models = sorted(entries.loc[entries["source"] == "model", "source_name"].unique())
+    present = set(entries["source_name"].unique())
+    tests = paired_tests(
+        entries, better, models, [b for b in NEGATIVE_BASELINES if b in present], correction
+    )
+    return Derived(with_calibrated, calibration, aggregates, board, tests)
