@@ -13,11 +13,24 @@ from scperteval._version import __version__
 
 if TYPE_CHECKING:
     from scperteval.api import de, load_dataset
+    from scperteval.calibration import calibrate
     from scperteval.context import Context
     from scperteval.dataset import Dataset
-    from scperteval.simulation import simulate
+    from scperteval.scoring.api import report, score
+    from scperteval.simulation import simulate, simulate_predictions
 
-__all__ = ["__version__", "Context", "Dataset", "de", "load_dataset", "simulate"]
+__all__ = [
+    "__version__",
+    "Context",
+    "Dataset",
+    "calibrate",
+    "de",
+    "load_dataset",
+    "report",
+    "score",
+    "simulate",
+    "simulate_predictions",
+]
 
 _LAZY = {
     "Context": "scperteval.context",
@@ -25,6 +38,10 @@ _LAZY = {
     "de": "scperteval.api",
     "load_dataset": "scperteval.api",
     "simulate": "scperteval.simulation",
+    "simulate_predictions": "scperteval.simulation",
+    "calibrate": "scperteval.calibration",
+    "score": "scperteval.scoring.api",
+    "report": "scperteval.scoring.api",
 }
 
 

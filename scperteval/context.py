@@ -27,9 +27,10 @@ from scperteval.diffexp import (
 )
 from scperteval.errors import SpecError
 from scperteval.layout import HALVES, GroupLayout
+from scperteval.metrics.weights import deg_weights_from_statistic
 from scperteval.stats import GroupStats, leave_one_out, merge_groups
 
-__all__ = ["Context", "deg_weights"]
+__all__ = ["Context"]
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -218,48 +219,18 @@ class Context:
         exponent = self.weight_exponent if exponent is None else float(exponent)
         return self._memo.get(
             ("weights", exponent, half),
-            lambda: deg_weights(self.de(reference="rest", half=half).statistic, exponent),
+            lambda: np.vstack(
+                [
+                    deg_weights_from_statistic(row, exponent)
+                    for row in self.de(reference="rest", half=half).statistic
+                ]
+            ),
         )
 
     def deg_mask(self, threshold: float | None = None, half: str = "truth") -> np.ndarray:
         """Boolean DEG mask (adjusted p-value below ``threshold``) per condition and gene."""
         threshold = self.deg_threshold if threshold is None else float(threshold)
         return self.de(reference="rest", half=half).pvalue_adj < threshold
-
-
-def deg_weights(statistic: np.ndarray, exponent: float = 2.0) -> np.ndarray:
-    """DEG weights from t statistics, row by row (Mejia et al. 2025).
-
-    ``|t|`` is min-max normalised across genes, raised to ``exponent`` and
-    normalised to sum 1; non-finite values count as 0. A row whose ``|t|`` is
-    constant has no informative gene: its weights are all NaN, so a weighted
-    metric built on it is NaN rather than a silent number.
-
-    Parameters
-    ----------
-    statistic
-        t statistics, shape ``(n_genes,)`` or ``(n_conditions, n_genes)``.
-    exponent
-        Exponent applied after min-max normalisation.
-
-    Returns
-    -------
-    numpy.ndarray
-        Weights of the same shape; each finite row sums to 1.
-
-    Examples
-    --------
-    >>> deg_weights([-8, 4, 1, 0.5, 0]).round(6).tolist()
-    [0.787692, 0.196923, 0.012308, 0.003077, 0.0]
-
-    """
-    magnitude = np.abs(np.asarray(statistic, dtype=np.float64))
-    magnitude = np.where(np.isfinite(magnitude), magnitude, 0.0)
-    low = magnitude.min(axis=-1, keepdims=True)
-    span = magnitude.max(axis=-1, keepdims=True) - low
-    with np.errstate(divide="ignore", invalid="ignore"):
-        raw = ((magnitude - low) / span) ** exponent
-        return raw / raw.sum(axis=-1, keepdims=True)
 
 
 def _check_choice(what: str, value: str, choices: tuple[str, ...]) -> None:

@@ -68,6 +68,10 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     os.close(handle)
     try:
         write(Path(temporary))
+        # mkstemp creates private files; outputs get the usual permissions.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

@@ -61,11 +61,20 @@ def test_drf_with_nonzero_perfect_lower():
 
 
 def test_drf_is_clipped():
-    values = drf([1.5, -0.9, 0.2], [0.2, 0.9, 0.2], "higher", 1.0)
-    # (1.5 - .2) / .8 > 1; (-.9 - .9) / .1 < -1; equal controls: 0.
-    np.testing.assert_array_equal(values, [1.0, -1.0, 0.0])
-    values = drf([-0.5, 2.0], [0.5, 0.1], "lower", 0.0)
-    np.testing.assert_array_equal(values, [1.0, -1.0])
+    values = drf([0.9, -0.9, 0.2], [-0.9, 0.9, 0.2], "higher", 1.0)
+    # (.9 + .9) / 1.9 < 1; (-.9 - .9) / .1 < -1 -> -1; equal controls: 0.
+    np.testing.assert_allclose(values, [1.8 / 1.900001, -1.0, 0.0], rtol=1e-12)
+    values = drf([0.2, 2.0], [0.5, 0.1], "lower", 0.0)
+    np.testing.assert_allclose(values, [0.3 / 0.500001, -1.0], rtol=1e-12)
+
+
+def test_drf_counts_values_beyond_perfect_as_perfect():
+    # A positive control beyond perfect (an unbiased distance below 0) is perfect.
+    assert drf([-0.5], [0.5], "lower", 0.0)[0] == pytest.approx(0.5 / 0.500001, rel=1e-12)
+    assert drf([1.5], [0.2], "higher", 1.0)[0] == pytest.approx(0.8 / 0.800001, rel=1e-12)
+    # A negative control beyond perfect leaves no dynamic range: never a positive DRF.
+    assert drf([0.02], [-0.001], "lower", 0.0)[0] == -1.0
+    assert drf([-0.01], [-0.001], "lower", 0.0)[0] == 0.0
 
 
 def test_drf_propagates_nan():
@@ -189,8 +198,10 @@ def test_negative_estimates_are_counted_for_lower_better():
     assert row["n_negative"] == 2
     assert row["n"] == 3
     assert row["bds"] == pytest.approx(2 / 3)
-    # A positive control below the perfect 0 is used as it is: its DRF is clipped to 1.
-    np.testing.assert_allclose(drf([-0.01, 0.01], [0.3, 0.3], "lower", 0.0), [1.0, 0.29 / 0.300001])
+    # A positive control below the perfect 0 counts as perfect: (0.3 - 0) / (0.3 + 1e-6).
+    np.testing.assert_allclose(
+        drf([-0.01, 0.01], [0.3, 0.3], "lower", 0.0), [0.3 / 0.300001, 0.29 / 0.300001]
+    )
 
 
 def test_perturbations_absent_from_a_group_are_not_skipped():

@@ -10,10 +10,11 @@ import pytest
 import scipy.sparse as sp
 from scipy import stats
 
-from scperteval.context import Context, deg_weights
+from scperteval.context import Context
 from scperteval.dataset import Dataset
 from scperteval.diffexp import DE_COLUMNS, DEResult, welch_t_test
 from scperteval.errors import SpecError
+from scperteval.metrics.weights import deg_weights_from_statistic as deg_weights
 
 T_TESTS = ("t-test", "t-test_overestim_var")
 REFERENCES = ("rest", "control")
@@ -395,12 +396,11 @@ def test_deg_weights_toy():
         deg_weights([-8.0, 4.0, 1.0, 0.5, 0.0], exponent=1.0),
         np.array([1.0, 0.5, 0.125, 0.0625, 0.0]) / 1.6875,
     )
-    # Non-finite statistics count as 0; rows are independent.
-    rows = deg_weights(np.array([[np.inf, np.nan, 2.0, 1.0], [0.0, 0.0, 0.0, 3.0]]))
-    np.testing.assert_allclose(rows[0], [0.0, 0.0, 0.8, 0.2])
-    np.testing.assert_allclose(rows[1], [0.0, 0.0, 0.0, 1.0])
-    # No informative gene: NaN rather than a silent number.
-    assert np.all(np.isnan(deg_weights([2.0, -2.0, 2.0])))
+    # Non-finite statistics get weight 0 and take no part in the min-max.
+    np.testing.assert_allclose(deg_weights([np.inf, np.nan, 2.0, 1.0]), [0.0, 0.0, 1.0, 0.0])
+    np.testing.assert_allclose(deg_weights([0.0, 0.0, 0.0, 3.0]), [0.0, 0.0, 0.0, 1.0])
+    # No informative gene: all-zero weights, on which the weighted metrics are NaN.
+    assert np.all(deg_weights([2.0, -2.0, 2.0]) == 0.0)
 
 
 def test_context_deg_weights_follow_gene_names(_sim_adata):

@@ -193,9 +193,7 @@ def test_all_perturbed_sample(sim, cap):
         assert positions.size <= cap
         if cap >= sim.x.shape[0]:
             np.testing.assert_array_equal(positions, other_perturbed_cells(sim, k))
-        np.testing.assert_array_equal(
-            again.source("all_perturbed_sample", k).positions, positions
-        )
+        np.testing.assert_array_equal(again.source("all_perturbed_sample", k).positions, positions)
         cells = sim.x[np.sort(positions)]
         assert data.moments.n[0] == positions.size
         close(data.centroid, cells.mean(axis=0))

@@ -200,7 +200,9 @@ def test_dataset_scope_needs_a_shared_space(space):
         Protocol.from_mapping({"name": "r", "metric": "nir", "space": space})
 
 
-@pytest.mark.parametrize("space", ["full", "hvg(k=5)", "heg(k=5)", "pca(k=3)", "hvg(k=5) & heg(k=9)"])
+@pytest.mark.parametrize(
+    "space", ["full", "hvg(k=5)", "heg(k=5)", "pca(k=3)", "hvg(k=5) & heg(k=9)"]
+)
 def test_dataset_scope_accepts_shared_spaces(space):
     p = Protocol.from_mapping({"name": "r", "metric": "nir", "space": space})
     assert p.scope == "dataset"
@@ -304,8 +306,10 @@ def test_user_suite_file_loads_and_runs(tmp_path, small_adata):
     ("text", "message"),
     [
         ('colour = "red"\n', "unknown key"),
-        ('[[protocol]]\nname = "a"\nmetric = "mse"\n[[protocol]]\nname = "a"\nmetric = "l2"\n',
-         "defined twice"),
+        (
+            '[[protocol]]\nname = "a"\nmetric = "mse"\n[[protocol]]\nname = "a"\nmetric = "l2"\n',
+            "defined twice",
+        ),
         ('[[protocol]]\nmetric = "mse"\n', "no name"),
         ('[[protocol]]\nname = "a"\nmetric = "mse"\nweight = 2\n', "unknown field"),
         ('[[protocol]\nname = "a"\n', "not valid TOML"),

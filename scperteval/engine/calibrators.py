@@ -13,11 +13,12 @@ From the positive and negative controls' scores of every perturbation:
 
 A perturbation where either control is NaN is skipped (and counted in
 ``n_skipped``). Unbiased distance estimates (energy distance, MMD) can fall
-below their perfect value 0 when two samples do not differ detectably; such
-values are used as they are (the DRF of a positive control below 0 is clipped
-to 1, as it is as close to the truth as the estimator can tell), and the number
-of perturbations where a lower-is-better control scored below its perfect value
-is reported (``n_negative``).
+below their perfect value 0 when two samples do not differ detectably. For the
+DRF such a value counts as perfect (it is as close to the truth as the estimator
+can tell: a positive control there has DRF 1, a negative control there leaves no
+dynamic range); BDS compares the raw values. The number of perturbations where
+a lower-is-better control scored below its perfect value is reported
+(``n_negative``).
 
 A protocol is **trusted** on a dataset when, over all its perturbations,
 ``bds >= bds_min`` and the DRF statistic (median by default) ``>= drf_min``.
@@ -86,7 +87,13 @@ class Thresholds:
                 raise ValueError(
                     f"cannot read threshold {item!r}; use bds=0.75,drf=0.2,statistic=median"
                 )
-            values[key] = raw.strip() if key == "drf_statistic" else float(raw)
+            if key == "drf_statistic":
+                values[key] = raw.strip()
+                continue
+            try:
+                values[key] = float(raw)
+            except ValueError:
+                raise ValueError(f"threshold {item!r}: {raw.strip()!r} is not a number") from None
         return cls(**values)
 
 
@@ -117,6 +124,13 @@ def drf(positive: np.ndarray, negative: np.ndarray, better: str, perfect: float)
     """
     positive = np.asarray(positive, dtype=np.float64)
     negative = np.asarray(negative, dtype=np.float64)
+    # An estimate beyond the perfect value (an unbiased distance below 0) is as
+    # good as the estimator can tell: it counts as perfect, so a negative control
+    # there leaves no dynamic range instead of flipping the sign of the ratio.
+    if better == "higher":
+        positive, negative = np.minimum(positive, perfect), np.minimum(negative, perfect)
+    else:
+        positive, negative = np.maximum(positive, perfect), np.maximum(negative, perfect)
     with np.errstate(invalid="ignore", divide="ignore"):
         if better == "higher":
             value = (positive - negative) / (perfect - negative + DRF_EPSILON)

@@ -210,6 +210,8 @@ class ProtocolFamily:
         """Instantiate from ``name=value`` (single parameter) or ``name(p=v, ...)``."""
         if "=" in text and "(" not in text:
             _, _, raw = text.partition("=")
+            if not self.params:
+                raise SpecError(f"protocol {self.name!r} has no parameter to set in {text!r}")
             if len(self.params) != 1:
                 raise SpecError(
                     f"protocol family {self.name!r} has parameters {', '.join(self.params)}; "

@@ -76,7 +76,7 @@ class ScoreResult:
 
     def write(self, folder: str | Path, figures: bool = True) -> None:
         """Write every table, the reports and ``run.json`` into ``folder``."""
-        from scperteval.report import write_reports
+        from scperteval.reporting import write_reports
 
         folder = Path(folder)
         write_atomic(folder / RESULT_FILE, lambda p: self.results.to_parquet(p, index=False))
@@ -238,6 +238,7 @@ def score(
         )
     info: dict[str, Any] = {
         "command": "score",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "input": dataset.source,
         "input_checksum": dataset_checksum(dataset),
         "seed": seed,

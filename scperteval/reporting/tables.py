@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from scperteval.report._format import (
+from scperteval.reporting._format import (
     MISSING,
     best_cells,
     cell_text,
@@ -16,7 +16,8 @@ from scperteval.report._format import (
 
 __all__ = ["markdown_report", "latex_table", "markdown_escape", "latex_escape"]
 
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*\[\]<>|#])")
+# "<" only opens raw HTML before a letter, "/", "!" or "?".
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*\[\]|]|<(?=[A-Za-z/!?]))")
 # An underscore only starts emphasis next to a non-alphanumeric character.
 _MARKDOWN_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
 _LATEX_SPECIAL = {
@@ -30,6 +31,9 @@ _LATEX_SPECIAL = {
     "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
+    "|": r"\textbar{}",
 }
 
 
@@ -46,6 +50,7 @@ def markdown_escape(text: str) -> str:
     str
         The text with Markdown's markup characters backslash-escaped; underscores
         inside words (``pearson_delta``) are kept as they are.
+
     """
     escaped = _MARKDOWN_SPECIAL.sub(r"\\\1", text)
     return _MARKDOWN_UNDERSCORE.sub(r"\\_", escaped).replace("\n", " ")
@@ -63,6 +68,7 @@ def latex_escape(text: str) -> str:
     -------
     str
         Text safe in a LaTeX document body.
+
     """
     return "".join(_LATEX_SPECIAL.get(char, char) for char in text)
 
@@ -101,6 +107,7 @@ def markdown_report(result: Any, created: str) -> str:
         A title, the run's settings, the leaderboard table (3 decimals, missing
         values as an en dash, each column's best value in bold), the trusted and
         excluded protocols, and notes on the models' coverage.
+
     """
     board = result.leaderboard
     lines = ["# scPertEval leaderboard", ""]
@@ -133,7 +140,7 @@ def markdown_report(result: Any, created: str) -> str:
 
 
 def latex_table(board: Any) -> str:
-    """The leaderboard as a LaTeX ``tabular`` (needs ``\\usepackage{booktabs}``).
+    r"""The leaderboard as a LaTeX ``tabular`` (needs ``\usepackage{booktabs}``).
 
     Parameters
     ----------
@@ -144,8 +151,9 @@ def latex_table(board: Any) -> str:
     -------
     str
         The table with 3 decimals, missing values as ``--``, each column's best
-        value in ``\\textbf``, names escaped, and protocols excluded from the
+        value in ``\textbf``, names escaped, and protocols excluded from the
         score marked with a dagger.
+
     """
     columns = [str(c) for c in board.table.columns]
     is_best = best_cells(board)

@@ -31,7 +31,7 @@ def number(value: Any, spec: str = ".3f") -> str:
         return MISSING
     if isinstance(value, bool | np.bool_):
         return "yes" if value else "no"
-    if isinstance(value, numbers.Integral):
+    if spec == "d" or isinstance(value, numbers.Integral):
         return str(int(value))
     return format(float(value) + 0.0, spec)
 
@@ -126,7 +126,8 @@ def run_items(result: Any, created: str) -> list[tuple[str, str]]:
         ("correction", str(info.get("correction", "unknown"))),
         (
             "thresholds",
-            f"BDS >= {thresholds.bds_min}, DRF {thresholds.drf_statistic} >= {thresholds.drf_min}",
+            f"BDS >= {thresholds.bds_min}, DRF {thresholds.drf_statistic} >= {thresholds.drf_min}"
+            + ("" if result.leaderboard.calibrated else " (unused in plain mode)"),
         ),
         ("DE method", str(info.get("de_method", "unknown"))),
     ]

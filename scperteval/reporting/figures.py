@@ -18,7 +18,7 @@ from matplotlib.colors import Normalize, TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from scperteval.report.panels import distribution_figure, positive_figure
+from scperteval.reporting.panels import distribution_figure, positive_figure
 
 __all__ = ["FIGURES", "draw_figures", "render", "heatmap_figure", "calibration_figure"]
 
@@ -49,6 +49,17 @@ def _plain_colours(table: pd.DataFrame, columns: list[str], board: Any) -> np.nd
     return ranks
 
 
+def _annotate(ax: Any, image: Any, values: np.ndarray, spec: str) -> None:
+    """Print each value on its cell, in white on dark cells."""
+    colours = image.cmap(image.norm(image.get_array()))
+    for i, j in zip(*np.nonzero(np.isfinite(values)), strict=True):
+        red, green, blue = colours[i, j, :3]
+        dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5
+        text = format(values[i, j] + 0.0, spec)
+        colour = "white" if dark else "black"
+        ax.text(j, i, text, ha="center", va="center", fontsize=7, color=colour)
+
+
 def heatmap_figure(result: Any) -> Figure | None:
     """Heatmap of models (rows) by protocols (columns), the overall score first.
 
@@ -66,6 +77,7 @@ def heatmap_figure(result: Any) -> Figure | None:
     -------
     matplotlib.figure.Figure or None
         ``None`` when the leaderboard is empty.
+
     """
     board = result.leaderboard
     table = board.table
@@ -84,7 +96,7 @@ def heatmap_figure(result: Any) -> Figure | None:
         bar = fig.colorbar(image, ax=ax, extend="both", shrink=0.9)
         bar.ax.axhline(1.0, color="black", linewidth=2)
         bar.set_ticks(sorted({low, 0.0, 1.0, high}))
-        bar.set_label("calibrated score (0 = negative, 1 = positive control)")
+        bar.set_label("calibrated score\n(0 = negative, 1 = positive control)")
     else:
         ranks = _plain_colours(table, columns, board)
         cmap = mpl.colormaps["viridis_r"].with_extremes(bad="#e6e6e6")
@@ -92,19 +104,7 @@ def heatmap_figure(result: Any) -> Figure | None:
         bar = fig.colorbar(image, ax=ax, shrink=0.9)
         bar.set_label("rank within column (1 = best)")
     if n_cols <= ANNOTATE_MAX_COLUMNS:
-        spec = ".2f" if board.calibrated else ".3g"
-        for i in range(n_rows):
-            for j in range(n_cols):
-                if np.isfinite(values[i, j]):
-                    ax.text(
-                        j,
-                        i,
-                        format(values[i, j] + 0.0, spec),
-                        ha="center",
-                        va="center",
-                        fontsize=7,
-                        color="black",
-                    )
+        _annotate(ax, image, values, ".2f" if board.calibrated else ".3g")
     excluded = set(board.excluded) if board.calibrated else set()
     for j, column in enumerate(columns):
         if column in excluded:
@@ -154,6 +154,7 @@ def calibration_figure(result: Any) -> Figure | None:
     -------
     matplotlib.figure.Figure or None
         ``None`` in plain mode (no calibration table).
+
     """
     calibration = result.calibration
     if calibration.empty or "covariate" not in calibration:
@@ -182,7 +183,6 @@ def calibration_figure(result: Any) -> Figure | None:
     drf_ax.axvline(0.0, color="black", linewidth=0.8)
     drf_ax.set_xlim(-1.05, 1.05)
     drf_ax.set_xlabel("DRF (dynamic range fraction)")
-    drf_ax.legend(loc="lower left", fontsize=7)
     bds_ax.barh(positions, overall["bds"], color=colours, height=0.7)
     bds_ax.axvline(
         thresholds.bds_min,
@@ -192,7 +192,17 @@ def calibration_figure(result: Any) -> Figure | None:
     )
     bds_ax.set_xlim(0.0, 1.02)
     bds_ax.set_xlabel("BDS (fraction positive beats negative)")
-    bds_ax.legend(loc="lower left", fontsize=7)
+    handles, labels = drf_ax.get_legend_handles_labels()
+    more_handles, more_labels = bds_ax.get_legend_handles_labels()
+    labels = [f"DRF {label}" if label.startswith("threshold") else label for label in labels]
+    fig.legend(
+        handles + more_handles,
+        labels + [f"BDS {m}" for m in more_labels],
+        loc="outside lower center",
+        ncols=4,
+        fontsize=7,
+        frameon=False,
+    )
     drf_ax.set_yticks(positions, order)
     drf_ax.invert_yaxis()
     for label, trusted in zip(drf_ax.get_yticklabels(), overall["trusted"], strict=True):
@@ -216,6 +226,7 @@ def draw_figures(result: Any) -> dict[str, Figure]:
     dict
         Name (a key of ``FIGURES``) to figure, in report order; figures with
         nothing to show are left out.
+
     """
     makers = {
         "heatmap": heatmap_figure,
@@ -243,6 +254,7 @@ def render(figure: Figure) -> tuple[bytes, bytes]:
     -------
     tuple of bytes
         PNG, SVG.
+
     """
     png, svg = io.BytesIO(), io.BytesIO()
     figure.savefig(png, format="png", dpi=110, metadata={"Software": None})

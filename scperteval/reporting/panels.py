@@ -1,0 +1,261 @@
+"""Per-perturbation figures: score distributions and models against the positive control."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import matplotlib as mpl
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+__all__ = ["distribution_figure", "positive_figure", "MAX_SCATTER_PROTOCOLS"]
+
+MAX_SCATTER_PROTOCOLS = 6
+MAX_POINTS_PER_BOX = 300
+GRID_COLUMNS = 4
+KEYS = ["covariate", "perturbation"]
+ENTRIES = ("model", "baseline")
+
+
+def _boxes(ax: Axes, data: list[np.ndarray], names: list[str], seed: int = 0) -> None:
+    """Vertical boxes at positions 1..n, with the points when there are few."""
+    positions = [i + 1 for i, values in enumerate(data) if values.size]
+    filled = [values for values in data if values.size]
+    if filled:
+        ax.boxplot(
+            filled,
+            positions=positions,
+            widths=0.6,
+            showfliers=False,
+            medianprops={"color": "black"},
+            patch_artist=True,
+            boxprops={"facecolor": "#dce6f2", "edgecolor": "#3b6ea8"},
+        )
+    rng = np.random.default_rng(seed)
+    for position, values in zip(positions, filled, strict=True):
+        if values.size <= MAX_POINTS_PER_BOX:
+            jitter = rng.uniform(-0.18, 0.18, size=values.size)
+            ax.scatter(
+                position + jitter, values, s=6, color="#1f1f1f", alpha=0.45, zorder=3, linewidths=0
+            )
+    ax.set_xticks(range(1, len(names) + 1), names, rotation=45, ha="right", rotation_mode="anchor")
+    ax.set_xlim(0.4, len(names) + 0.6)
+
+
+def _clip_axis(ax: Axes, data: list[np.ndarray]) -> None:
+    """Keep [-0.5, 1.5] in view but no more than [-3, 3]; count the values off the axis."""
+    pooled = np.concatenate([d for d in data if d.size]) if any(d.size for d in data) else None
+    if pooled is None:
+        return
+    low = max(min(-0.5, float(np.quantile(pooled, 0.01))), -3.0)
+    high = min(max(1.5, float(np.quantile(pooled, 0.99))), 3.0)
+    ax.set_ylim(low, high)
+    for i, values in enumerate(data):
+        outside = int(np.sum((values < low) | (values > high)))
+        if outside:
+            ax.annotate(
+                f"{outside} off axis",
+                (i + 1, high),
+                ha="center",
+                va="top",
+                fontsize=6,
+                color="#c0392b",
+            )
+
+
+def _calibrated_distribution(result: Any, order: list[str]) -> Figure | None:
+    board = result.leaderboard
+    results = result.results
+    chosen = board.trusted or board.protocols
+    rows = results[results["source"].isin(ENTRIES) & results["protocol"].isin(chosen)]
+    groups = {str(k): v for k, v in rows.groupby("source_name", observed=True)["calibrated"]}
+    data = []
+    for name in order:
+        values = groups[name].to_numpy(dtype=np.float64) if name in groups else np.array([])
+        data.append(values[np.isfinite(values)])
+    if not any(d.size for d in data):
+        return None
+    fig = Figure(figsize=(1.8 + 0.55 * len(order), 4.6), layout="constrained")
+    ax = fig.add_subplot()
+    ax.axhline(0.0, color="#7f7f7f", linestyle="--", linewidth=1, label="negative control (0)")
+    ax.axhline(1.0, color="#2e7d32", linestyle="--", linewidth=1, label="positive control (1)")
+    _boxes(ax, data, order, seed=int(result.info.get("seed", 0) or 0))
+    _clip_axis(ax, data)
+    ax.set_ylabel("calibrated score per perturbation")
+    which = f"{len(board.trusted)} trusted" if board.trusted else "all (none trusted)"
+    ax.set_title(f"Calibrated scores pooled over {which} protocols", fontsize=10)
+    ax.legend(loc="lower left", fontsize=7)
+    return fig
+
+
+def _plain_distribution(result: Any, order: list[str]) -> Figure | None:
+    board = result.leaderboard
+    results = result.results
+    protocols = board.protocols
+    if not protocols:
+        return None
+    n_cols = min(GRID_COLUMNS, len(protocols))
+    n_rows = math.ceil(len(protocols) / n_cols)
+    fig = Figure(
+        figsize=(0.6 + 3.2 * n_cols, 0.8 + (1.4 + 0.12 * len(order)) * n_rows), layout="constrained"
+    )
+    axes = fig.subplots(n_rows, n_cols, squeeze=False).ravel()
+    entries = results[results["source"].isin(ENTRIES)]
+    for index, (ax, protocol) in enumerate(zip(axes, protocols, strict=False)):
+        part = entries[entries["protocol"] == protocol]
+        groups = {str(k): v for k, v in part.groupby("source_name", observed=True)["value"]}
+        data = []
+        for name in order:
+            values = groups[name].to_numpy(dtype=np.float64) if name in groups else np.array([])
+            data.append(values[np.isfinite(values)])
+        _boxes(ax, data, order)
+        ax.set_title(f"{protocol} ({_direction(result, protocol)} is better)", fontsize=8)
+        # Entry names only under the lowest panel of each column.
+        ax.tick_params(labelsize=7, labelbottom=index + n_cols >= len(protocols))
+    for ax in axes[len(protocols) :]:
+        ax.set_visible(False)
+    fig.suptitle("Raw values per perturbation (plain mode)", fontsize=10)
+    return fig
+
+
+def distribution_figure(result: Any) -> Figure | None:
+    """Per-perturbation scores of each model and baseline, as boxes with points.
+
+    Calibrated mode pools the calibrated scores over the trusted protocols
+    (all protocols when none is trusted) into one box per entry, with the
+    controls' levels 0 and 1 drawn. Plain mode draws a grid with one panel of
+    raw values per protocol.
+
+    Parameters
+    ----------
+    result
+        A :class:`~scperteval.scoring.api.ScoreResult`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure or None
+        ``None`` when there is no value to show.
+
+    """
+    order = [str(m) for m in result.leaderboard.table["model"]]
+    if not order or result.results.empty:
+        return None
+    if result.leaderboard.calibrated:
+        return _calibrated_distribution(result, order)
+    return _plain_distribution(result, order)
+
+
+def _scatter_protocols(result: Any) -> list[str]:
+    board = result.leaderboard
+    results = result.results
+    positive = results[(results["source"] == "positive") & np.isfinite(results["value"])]
+    available = set(positive["protocol"].astype(str))
+    ordered = [p for p in board.trusted if p in available]
+    ordered += [p for p in board.protocols if p in available and p not in ordered]
+    return ordered[:MAX_SCATTER_PROTOCOLS]
+
+
+def _scatter_panel(ax: Axes, part: pd.DataFrame, models: list[str], colours: list[Any]) -> None:
+    positive = part[part["source"] == "positive"].set_index(KEYS)["value"]
+    shown: list[np.ndarray] = [positive.to_numpy(dtype=np.float64)]
+    negative = part[part["source"] == "negative"].set_index(KEYS)["value"]
+    pairs = pd.concat([positive.rename("x"), negative.rename("y")], axis=1, join="inner")
+    ax.scatter(pairs["x"], pairs["y"], marker="x", s=18, color="#9e9e9e", linewidths=1)
+    shown.append(pairs["y"].to_numpy(dtype=np.float64))
+    for model, colour in zip(models, colours, strict=True):
+        values = part[(part["source"] == "model") & (part["source_name"] == model)]
+        pairs = pd.concat(
+            [positive.rename("x"), values.set_index(KEYS)["value"].rename("y")],
+            axis=1,
+            join="inner",
+        )
+        ax.scatter(pairs["x"], pairs["y"], s=14, color=colour, alpha=0.8, linewidths=0)
+        shown.append(pairs["y"].to_numpy(dtype=np.float64))
+    ax.set_xlim(*_padded(shown[0]))
+    ax.set_ylim(*_padded(np.concatenate(shown)))
+    ax.axline((0.0, 0.0), slope=1.0, color="black", linewidth=0.8, linestyle=":")
+
+
+def _padded(values: np.ndarray) -> tuple[float, float]:
+    finite = values[np.isfinite(values)]
+    if not finite.size:
+        return 0.0, 1.0
+    low, high = float(finite.min()), float(finite.max())
+    pad = 0.06 * (high - low) if high > low else max(0.05 * abs(high), 0.05)
+    return low - pad, high + pad
+
+
+def positive_figure(result: Any) -> Figure | None:
+    """Each model's per-perturbation raw value against the positive control's.
+
+    One panel per protocol (trusted protocols first, at most
+    ``MAX_SCATTER_PROTOCOLS``), the negative control as grey crosses and the
+    diagonal (as good as the positive control) dotted.
+
+    Parameters
+    ----------
+    result
+        A :class:`~scperteval.scoring.api.ScoreResult`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure or None
+        ``None`` without positive control values (plain mode) or models.
+
+    """
+    results = result.results
+    if results.empty:
+        return None
+    board = result.leaderboard
+    table = board.table
+    models = [str(m) for m in table.loc[table["kind"] == "model", "model"]]
+    protocols = _scatter_protocols(result)
+    if not models or not protocols:
+        return None
+    cmap = mpl.colormaps["tab10"]
+    colours = [cmap(i % 10) for i in range(len(models))]
+    n_cols = min(3, len(protocols))
+    n_rows = math.ceil(len(protocols) / n_cols)
+    fig = Figure(figsize=(0.6 + 3.4 * n_cols, 1.0 + 3.1 * n_rows), layout="constrained")
+    axes = fig.subplots(n_rows, n_cols, squeeze=False).ravel()
+    for ax, protocol in zip(axes, protocols, strict=False):
+        _scatter_panel(ax, results[results["protocol"] == protocol], models, colours)
+        trusted = "" if protocol in board.trusted else ", not trusted"
+        direction = _direction(result, protocol)
+        ax.set_title(f"{protocol} ({direction} is better{trusted})", fontsize=8)
+        ax.set_xlabel("positive control", fontsize=8)
+        ax.set_ylabel("model", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes[len(protocols) :]:
+        ax.set_visible(False)
+    handles = [
+        Line2D([], [], marker="o", linestyle="", color=c, label=m)
+        for m, c in zip(models, colours, strict=True)
+    ]
+    handles.append(
+        Line2D([], [], marker="x", linestyle="", color="#9e9e9e", label="negative control")
+    )
+    handles.append(Line2D([], [], linestyle=":", color="black", label="as good as positive"))
+    fig.legend(
+        handles=handles,
+        loc="outside lower center",
+        ncols=min(len(handles), 5),
+        fontsize=7,
+        frameon=False,
+    )
+    fig.suptitle("Per-perturbation raw values: models against the positive control", fontsize=10)
+    return fig
+
+
+def _direction(result: Any, protocol: str) -> str:
+    """Direction of a protocol's raw metric, from the protocol table."""
+    table = result.protocols
+    if "better" in table and "protocol" in table:
+        match = table.loc[table["protocol"].astype(str) == protocol, "better"]
+        if len(match):
+            return str(match.iloc[0])
+    return "higher"
