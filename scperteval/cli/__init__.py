@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from scperteval._version import __version__
-from scperteval.cli import _calibrate, _de, _listing, _score
+from scperteval.cli import _calibrate, _de, _demo, _listing, _score
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"scperteval {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (_de, _calibrate, _score, _listing):
+    for module in (_demo, _de, _calibrate, _score, _listing):
         module.add_parser(commands)
     return parser
 

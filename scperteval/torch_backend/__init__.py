@@ -1,0 +1,48 @@
+"""Torch backend: population metrics on CPU or GPU, and differentiable training losses.
+
+Importing this subpackage imports torch (the ``ot`` extra); ``import scperteval``
+does not.
+
+- :func:`energy_distance`, :func:`mmd`, :func:`median_pairwise_distance`: the
+  definitions of :mod:`scperteval.metrics.population`, computed with torch in
+  float64 (equal to the NumPy reference to rounding) or float32, on ``"cpu"`` or
+  ``"cuda"``.
+- :func:`weighted_mse_loss`, :func:`weighted_r2_loss`: differentiable losses with the
+  definitions of :func:`scperteval.metrics.weighted_mse` and
+  :func:`scperteval.metrics.weighted_r2` (as ``1 - R^2``).
+- :class:`DEGWeights`, :func:`deg_weight_tensor`: a context's DEG weights as a tensor
+  aligned by perturbation and gene name.
+
+See ``docs/torch.md``.
+"""
+
+from __future__ import annotations
+
+from scperteval.errors import MissingExtraError
+
+try:
+    import torch  # noqa: F401
+except ImportError:
+    raise MissingExtraError("the torch backend (scperteval.torch_backend)", "ot", "torch") from None
+
+from scperteval.torch_backend._common import DeviceUnavailable
+from scperteval.torch_backend.losses import weighted_mse_loss, weighted_r2_loss
+from scperteval.torch_backend.population import (
+    DEFAULT_BLOCK_BYTES,
+    energy_distance,
+    median_pairwise_distance,
+    mmd,
+)
+from scperteval.torch_backend.weights import DEGWeights, deg_weight_tensor
+
+__all__ = [
+    "DEFAULT_BLOCK_BYTES",
+    "DEGWeights",
+    "DeviceUnavailable",
+    "deg_weight_tensor",
+    "energy_distance",
+    "median_pairwise_distance",
+    "mmd",
+    "weighted_mse_loss",
+    "weighted_r2_loss",
+]
