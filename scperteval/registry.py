@@ -187,7 +187,8 @@ class Registry:
             return self._entries[name]
         except KeyError:
             raise SpecError(
-                f"unknown {self.kind} {name!r}; valid names: {', '.join(self.names())}"
+                f"unknown {self.kind} {name!r}{did_you_mean(name, self.names())}; "
+                f"valid names: {', '.join(self.names())}"
             ) from None
 
     def resolve(self, spec: Any, **meta: Any) -> BoundSpec:
@@ -244,3 +245,11 @@ def check_options(entry: Entry, options: Mapping[str, Any], kind: str = "functio
             f"{kind} {entry.name!r} has no option {', '.join(map(repr, unknown))}; "
             f"valid options: {', '.join(valid) or '(none)'}"
         )
+
+
+def did_you_mean(name: str, choices: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest valid name, or an empty string."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -16,6 +16,7 @@ from typing import Any
 
 from scperteval.engine.protocol import Protocol, ProtocolFamily
 from scperteval.errors import SpecError
+from scperteval.registry import did_you_mean
 
 __all__ = ["available_suites", "load_suite", "resolve_protocols", "Catalogue"]
 
@@ -50,8 +51,8 @@ class Catalogue:
         base = text.split("=", 1)[0].split("(", 1)[0].strip()
         if base not in self.families:
             raise SpecError(
-                f"unknown protocol {text!r} in suite {self.name!r}; valid names: "
-                f"{', '.join(self.order)}"
+                f"unknown protocol {text!r} in suite {self.name!r}"
+                f"{did_you_mean(base, self.order)}; valid names: {', '.join(self.order)}"
             )
         family = self.families[base]
         if base == text.strip():
