@@ -17,14 +17,8 @@ import numpy as np
 
 from scperteval._memo import Memo
 from scperteval.dataset import Dataset
-from scperteval.diffexp import (
-    DE_METHODS,
-    REFERENCES,
-    DEResult,
-    adjust_pvalues,
-    log_fold_change,
-    welch_t_test,
-)
+from scperteval.de_methods import DE_METHODS
+from scperteval.diffexp import REFERENCES, DEResult, adjust_pvalues, log_fold_change
 from scperteval.errors import SpecError
 from scperteval.layout import HALVES, GroupLayout
 from scperteval.metrics.weights import deg_weights_from_statistic
@@ -66,7 +60,7 @@ class Context:
         weight_exponent: float = 2.0,
         progress: ProgressCallback | None = None,
     ) -> None:
-        _check_choice("DE method", de_method, DE_METHODS)
+        DE_METHODS.get(de_method)
         self.dataset = dataset
         self.seed = int(seed)
         self.de_method = de_method
@@ -169,7 +163,7 @@ class Context:
 
         """
         method = method or self.de_method
-        _check_choice("DE method", method, DE_METHODS)
+        DE_METHODS.get(method)
         _check_choice("reference", reference, REFERENCES)
         _check_choice("half", half, HALVES)
         return self._memo.get(
@@ -183,20 +177,7 @@ class Context:
             if reference == "rest"
             else self.control_stats().select(self.layout.condition_covariate)
         )
-        if method == "wilcoxon":
-            from scperteval._wilcoxon import wilcoxon_all
-
-            statistic, pvalue = wilcoxon_all(self, reference, half)
-        else:
-            statistic, pvalue = welch_t_test(
-                target.n[:, None],
-                target.mean,
-                target.variance(),
-                ref.n[:, None],
-                ref.mean,
-                ref.variance(),
-                overestimate_variance=method == "t-test_overestim_var",
-            )
+        statistic, pvalue = DE_METHODS.get(method).func(self, target, ref, reference, half)
         return DEResult(
             conditions=self.layout.conditions,
             genes=self.genes,

@@ -32,13 +32,11 @@ from scperteval.dataset import Condition
 __all__ = [
     "DEResult",
     "welch_t_test",
-    "DE_METHODS",
     "REFERENCES",
     "log_fold_change",
     "adjust_pvalues",
 ]
 
-DE_METHODS = ("t-test", "t-test_overestim_var", "wilcoxon")
 REFERENCES = ("rest", "control")
 DE_COLUMNS = (
     "covariate",

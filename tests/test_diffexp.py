@@ -347,7 +347,7 @@ def test_to_frame_columns_and_rows(generated):
 
 def test_invalid_choices_raise(generated):
     context, _ = generated
-    with pytest.raises(SpecError, match="unknown DE method 'anova'; valid: t-test"):
+    with pytest.raises(SpecError, match="unknown DE method 'anova'; valid names: t-test"):
         context.de(method="anova")
     with pytest.raises(SpecError, match="unknown reference 'others'; valid: rest, control"):
         context.de(reference="others")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-KINDS = ("protocols", "metrics", "spaces", "sources", "calibrators", "suites")
+KINDS = ("protocols", "metrics", "spaces", "sources", "calibrators", "de-methods", "suites")
 
 
 def add_parser(commands: Any) -> None:
@@ -46,6 +46,10 @@ def _registry(kind: str) -> Any:
         from scperteval.engine.spaces import SPACES
 
         return SPACES
+    if kind == "de-methods":
+        from scperteval.de_methods import DE_METHODS
+
+        return DE_METHODS
     if kind == "sources":
         from scperteval.engine.sources import SOURCES
 
