@@ -14,7 +14,7 @@ import pandas as pd
 from scperteval.api import load_dataset
 from scperteval.context import Context
 from scperteval.engine.calibrators import Thresholds, calibration_table, verdict_reasons
-from scperteval.engine.dispatch import run_protocols
+from scperteval.engine.dispatch import run_protocols, task_count
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS, Engine
 from scperteval.engine.suites import resolve_protocols
 from scperteval.progress import progress_bar
@@ -175,9 +175,7 @@ def calibrate(
     engine = Engine(context, truth="half", sample_cells=sample_cells)
     with timer.step("group_statistics"):
         context.group_stats  # noqa: B018 - computed here so the timing is separate
-    n_tasks = sum(
-        len(dataset.covariates) if p.scope == "dataset" else len(dataset.conditions) for p in chosen
-    )
+    n_tasks = task_count(engine, chosen)
     with timer.step("protocols"), progress_bar("protocols", n_tasks, progress) as bar:
         bar.unit = "tasks"
         results = run_protocols(
@@ -207,13 +205,7 @@ def calibrate(
             "calibrate",
             {
                 "protocols": [p.name for p in chosen],
-                "perturbation_key": perturbation_key,
-                "control_label": control_label,
-                "covariate_key": covariate_key,
-                "layer": layer,
-                "min_cells": min_cells,
-                "normalize": normalize,
-                "subset": dict(subset or {}),
+                **dataset.options(),
                 "seed": seed,
                 "de_method": de_method,
                 "workers": workers,

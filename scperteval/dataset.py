@@ -115,7 +115,8 @@ class Dataset:
         if self.min_cells < 2:
             raise DatasetError(f"min_cells must be at least 2, got {min_cells}")
         self._check_shape_and_columns()
-        self.cell_index = self._select_cells(subset or {})
+        self.subset = {str(k): v for k, v in (subset or {}).items()}
+        self.cell_index = self._select_cells(self.subset)
         obs = self.adata.obs.iloc[self.cell_index]
         self.perturbation_labels = obs[perturbation_key].astype(str).to_numpy()
         if covariate_key is None:
@@ -147,6 +148,18 @@ class Dataset:
     def is_backed(self) -> bool:
         """Whether the matrix is read from disk chunk by chunk."""
         return bool(self.adata.isbacked)
+
+    def options(self) -> dict[str, Any]:
+        """The reading options, as recorded in ``run.json``."""
+        return {
+            "perturbation_key": self.perturbation_key,
+            "control_label": self.control_label,
+            "covariate_key": self.covariate_key,
+            "layer": self.layer,
+            "min_cells": self.min_cells,
+            "normalize": self.normalize,
+            "subset": self.subset,
+        }
 
     def perturbations(self, covariate: str | None = None) -> list[str]:
         """Perturbations evaluated (optionally within one covariate group)."""

@@ -27,7 +27,7 @@ from scperteval.engine.spaces import resolve_space
 from scperteval.engine.views import centering_vector, make_view, metric_context
 from scperteval.metrics import DatasetContext
 
-__all__ = ["Candidate", "run_protocols", "RESULT_COLUMNS"]
+__all__ = ["Candidate", "run_protocols", "task_count", "RESULT_COLUMNS"]
 
 RESULT_COLUMNS = [
     "covariate",
@@ -71,6 +71,14 @@ class Candidate:
 
 
 CONTROLS = (Candidate("positive"), Candidate("negative"))
+
+
+def task_count(engine: Engine, protocols: Sequence[Protocol]) -> int:
+    """Number of tasks :func:`run_protocols` runs (for progress bars)."""
+    layout = engine.context.layout
+    return sum(
+        len(layout.covariates) if p.scope == "dataset" else layout.n_conditions for p in protocols
+    )
 
 
 def run_protocols(

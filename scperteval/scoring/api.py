@@ -15,7 +15,7 @@ import pandas as pd
 from scperteval.api import load_dataset
 from scperteval.context import Context
 from scperteval.engine.calibrators import Thresholds
-from scperteval.engine.dispatch import CONTROLS, Candidate, run_protocols
+from scperteval.engine.dispatch import CONTROLS, Candidate, run_protocols, task_count
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS, Engine
 from scperteval.engine.suites import resolve_protocols
 from scperteval.errors import DatasetError, SpecError
@@ -223,9 +223,7 @@ def score(
     candidates += baseline_candidates(engine, baseline_names)
     with timer.step("group_statistics"):
         context.group_stats  # noqa: B018 - computed here so the timing is separate
-    n_tasks = sum(
-        len(dataset.covariates) if p.scope == "dataset" else len(dataset.conditions) for p in chosen
-    )
+    n_tasks = task_count(engine, chosen)
     with timer.step("protocols"), progress_bar("protocols", n_tasks, progress) as bar:
         bar.unit = "tasks"
         results = run_protocols(
@@ -248,15 +246,7 @@ def score(
         "thresholds": thresholds.as_dict(),
         "de_method": de_method,
         "protocols": [p.name for p in chosen],
-        "dataset_options": {
-            "perturbation_key": perturbation_key,
-            "control_label": control_label,
-            "covariate_key": covariate_key,
-            "layer": layer,
-            "min_cells": min_cells,
-            "normalize": normalize,
-            "subset": dict(subset or {}),
-        },
+        "dataset_options": dataset.options(),
         "models": {
             m.name: {
                 "coverage": m.coverage,
