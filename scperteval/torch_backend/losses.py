@@ -38,7 +38,7 @@ Reduction = Literal["mean", "sum", "none"]
 Degenerate = Literal["raise", "nan"]
 _REDUCTIONS = ("mean", "sum", "none")
 _DEGENERATE = ("raise", "nan")
-# Rows listed by name in an error message.
+# Rows listed in an error message.
 _SHOWN_ROWS = 10
 
 
@@ -49,8 +49,12 @@ def _check_inputs(
     reduction: str,
     degenerate: str,
     loss: str,
-) -> torch.Tensor:
-    """Validate shapes and options; return the weights broadcast to ``pred``'s shape."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate shapes and options.
+
+    Returns the target and the weights in ``pred``'s dtype, the weights broadcast to
+    ``pred``'s shape.
+    """
     for name, value in (("pred", pred), ("target", target), ("weights", weights)):
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"{loss}: {name} must be a torch.Tensor, got {type(value).__name__}")
@@ -74,7 +78,7 @@ def _check_inputs(
             f"{loss}: weights must have shape ({genes},) or {tuple(pred.shape)}, "
             f"got {tuple(weights.shape)}"
         )
-    return weights.expand(pred.shape)
+    return target.to(pred.dtype), weights.to(pred.dtype).expand(pred.shape)
 
 
 def _raise_if_degenerate(checks: list[tuple[torch.Tensor, str]], loss: str) -> None:
@@ -143,7 +147,8 @@ def weighted_mse_loss(
     Parameters
     ----------
     pred, target
-        Tensors of one shape, ``(genes,)`` or ``(batch, genes)``, one dtype and device.
+        Tensors of one shape, ``(genes,)`` or ``(batch, genes)``, on one device. The
+        target and the weights are cast to ``pred``'s dtype.
     weights
         Non-negative weights, shape ``(genes,)`` (shared by every row) or the shape of
         ``pred`` (one row per perturbation, e.g. from :meth:`DEGWeights.lookup`).
@@ -172,20 +177,20 @@ def weighted_mse_loss(
     Examples
     --------
     >>> import torch
-    >>> pred = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    >>> pred = torch.tensor([1.5, 2.0, 2.5], dtype=torch.float64, requires_grad=True)
     >>> target = torch.tensor([1.0, 0.0, 3.0], dtype=torch.float64)
     >>> weights = torch.tensor([0.5, 0.25, 0.25], dtype=torch.float64)
     >>> loss = weighted_mse_loss(pred, target, weights)
     >>> loss.backward()
-    >>> float(loss), pred.grad.tolist()
-    (1.0, [0.0, 1.0, 0.0])
+    >>> loss.item(), pred.grad.tolist()
+    (1.1875, [0.5, 1.0, -0.25])
 
     """
     name = "weighted_mse_loss"
-    w = _check_inputs(pred, target, weights, reduction, degenerate, name)
+    target, w = _check_inputs(pred, target, weights, reduction, degenerate, name)
     total = w.sum(dim=-1)
     no_weight = total == 0
-    checks = [(no_weight, "all weights are zero")] + _invalid_rows(target, w)
+    checks = [*_invalid_rows(target, w), (no_weight, "all weights are zero")]
     undefined = torch.stack([mask for mask, _ in checks]).any(dim=0)
     safe_total = torch.where(undefined, torch.ones_like(total), total)
     value = (w * (target - pred) ** 2).sum(dim=-1) / safe_total
@@ -210,7 +215,8 @@ def weighted_r2_loss(
     Parameters
     ----------
     pred, target
-        Tensors of one shape, ``(genes,)`` or ``(batch, genes)``, one dtype and device.
+        Tensors of one shape, ``(genes,)`` or ``(batch, genes)``, on one device. The
+        target and the weights are cast to ``pred``'s dtype.
     weights
         Non-negative weights, shape ``(genes,)`` (shared by every row) or the shape of
         ``pred``.
@@ -239,7 +245,7 @@ def weighted_r2_loss(
 
     """
     name = "weighted_r2_loss"
-    w = _check_inputs(pred, target, weights, reduction, degenerate, name)
+    target, w = _check_inputs(pred, target, weights, reduction, degenerate, name)
     total = w.sum(dim=-1)
     no_weight = total == 0
     support = w > 0
@@ -254,9 +260,9 @@ def weighted_r2_loss(
     spread = (share * (target - mean) ** 2).sum(dim=-1)
     underflow = ~early & (spread == 0)
     checks = [
+        *invalid,
         (no_weight, "all weights are zero"),
         (constant, "the target is constant over the genes of positive weight"),
-        *invalid,
         (underflow, "the weighted variance of the target underflows to zero"),
     ]
     undefined = early | underflow

@@ -197,6 +197,11 @@ def _keys(values: torch.Tensor) -> torch.Tensor:
     return values.contiguous().view(_KEY_DTYPE[values.dtype]).to(torch.int64)
 
 
+def _count_into(histogram: torch.Tensor, digits: torch.Tensor) -> None:
+    """Add the number of occurrences of each digit to ``histogram`` (in place)."""
+    histogram.index_add_(0, digits, torch.ones_like(digits))
+
+
 def _value_of_key(key: int, dtype: torch.dtype) -> float:
     pattern = torch.tensor([key], dtype=torch.int64).to(_KEY_DTYPE[dtype])
     return float(pattern.view(dtype)[0])
@@ -223,25 +228,32 @@ class _MedianSelection:
     def median(self) -> float:
         bits = _KEY_BITS[self.dtype]
         shift = bits - _FIRST_DIGIT_BITS[self.dtype]
-        device = self.points.device
-        histogram = torch.zeros(1 << (bits - shift), dtype=torch.int64, device=device)
-        kept: list[torch.Tensor] | None = []
+        # Values are kept while they fit in the budget; past it, they are only counted
+        # per leading digit, and the selection goes on by narrowing.
+        kept: list[torch.Tensor] = []
         kept_size = 0
+        histogram: torch.Tensor | None = None
         for values in _positive_within(self.pairs, self.points):
-            histogram += torch.bincount(_keys(values) >> shift, minlength=histogram.numel())
-            if kept is not None:
+            if histogram is None:
                 if kept_size + values.numel() <= self.budget:
                     kept.append(values)
                     kept_size += values.numel()
-                else:
-                    kept = None
-        count = int(histogram.sum())
-        if count == 0:
-            return 0.0
-        ranks = ((count - 1) // 2, count // 2)
-        if kept is not None:
+                    continue
+                histogram = torch.zeros(
+                    1 << (bits - shift), dtype=torch.int64, device=self.points.device
+                )
+                for earlier in kept:
+                    _count_into(histogram, _keys(earlier) >> shift)
+                kept = []
+            _count_into(histogram, _keys(values) >> shift)
+        if histogram is None:
+            if kept_size == 0:
+                return 0.0
+            ranks = ((kept_size - 1) // 2, kept_size // 2)
             low, high = _order_statistics(torch.cat(kept), ranks)
         else:
+            count = int(histogram.sum())
+            ranks = ((count - 1) // 2, count // 2)
             low, high = self._narrow(ranks, histogram, shift)
         return 0.5 * (math.sqrt(low) + math.sqrt(high))
 
@@ -279,7 +291,7 @@ class _MedianSelection:
             histogram = torch.zeros(1 << width, dtype=torch.int64, device=self.points.device)
             for values in self._bucket(key_first, shift):
                 digits = (_keys(values) >> finer) & ((1 << width) - 1)
-                histogram += torch.bincount(digits, minlength=histogram.numel())
+                _count_into(histogram, digits)
             base, shift = key_first << width, finer
 
 
@@ -397,7 +409,7 @@ def energy_distance(
     >>> import numpy as np
     >>> x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
     >>> round(energy_distance(x, x + 1.0), 6)
-    1.731249
+    0.993808
 
     """
     target = resolve_device(device)
@@ -478,7 +490,7 @@ def mmd(
     >>> import numpy as np
     >>> x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
     >>> round(mmd(x, x + 1.0, bandwidth=1.0), 6)
-    0.622954
+    0.442507
 
     """
     target = resolve_device(device)

@@ -165,7 +165,8 @@ class DEGWeights:
             ``context.genes`` is allowed). ``None`` keeps ``context.genes``.
         covariate
             Covariate group of bare perturbation names; needed when a name exists in
-            several groups.
+            several groups. With ``perturbations=None``, keeps the conditions of this
+            group only.
         device, dtype
             Where the tensor lives; float64 by default.
 
