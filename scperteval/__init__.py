@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from scperteval.calibration import calibrate
     from scperteval.context import Context
     from scperteval.dataset import Dataset
+    from scperteval.engine.calibrators import Thresholds
     from scperteval.scoring.api import report, score
     from scperteval.simulation import simulate, simulate_predictions
 
@@ -23,6 +24,7 @@ __all__ = [
     "__version__",
     "Context",
     "Dataset",
+    "Thresholds",
     "calibrate",
     "de",
     "load_dataset",
@@ -39,6 +41,7 @@ _LAZY = {
     "load_dataset": "scperteval.api",
     "simulate": "scperteval.simulation",
     "simulate_predictions": "scperteval.simulation",
+    "Thresholds": "scperteval.engine.calibrators",
     "calibrate": "scperteval.calibration",
     "score": "scperteval.scoring.api",
     "report": "scperteval.scoring.api",

@@ -6,11 +6,32 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["progress_bar"]
+__all__ = ["progress_bar", "cell_progress"]
+
+
+class _Silent:
+    """Stands in for a bar when none is shown (no tqdm import, no widget warnings)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.n = 0
+        self.unit = ""
+
+    def update(self, count: int = 1) -> None:
+        self.n += count
+
+    def refresh(self) -> None:
+        """Nothing to redraw."""
+
+    def __enter__(self) -> _Silent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 def progress_bar(description: str, total: int, enabled: bool | None = None) -> Any:
-    """A tqdm bar on a terminal (stderr), or a no-op object when not interactive.
+    """A tqdm bar on a terminal (stderr), or a silent object when not interactive.
 
     Parameters
     ----------
@@ -20,12 +41,13 @@ def progress_bar(description: str, total: int, enabled: bool | None = None) -> A
         Number of units of work.
     enabled
         Force the bar on or off; by default shown only when stderr is a terminal.
-
     """
+    show = sys.stderr.isatty() if enabled is None else enabled
+    if not show:
+        return _Silent(total)
     from tqdm.auto import tqdm
 
-    show = sys.stderr.isatty() if enabled is None else enabled
-    return tqdm(total=total, desc=description, disable=not show, unit="cells", leave=False)
+    return tqdm(total=total, desc=description, unit="cells", leave=False)
 
 
 def cell_progress(bar: Any) -> Callable[[int, int], None]:

@@ -11,7 +11,13 @@ KINDS = ("protocols", "metrics", "spaces", "sources", "calibrators", "de-methods
 def add_parser(commands: Any) -> None:
     """Register the ``list`` subcommand."""
     parser = commands.add_parser(
-        "list", help="list protocols, metrics, spaces, sources, calibrators or suites"
+        "list",
+        help="list protocols, metrics, spaces, sources, calibrators, DE methods or suites",
+        description=(
+            "List what can be named in protocols and suites: the protocols of a suite, "
+            "registered metrics, feature spaces, sources (controls and baselines), "
+            "calibrators, DE methods, and the shipped suites."
+        ),
     )
     parser.add_argument("kind", choices=KINDS)
     parser.add_argument(

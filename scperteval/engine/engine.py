@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
+import scipy.sparse as sp
 
 from scperteval.context import Context
 from scperteval.diffexp import DEResult
 from scperteval.halves import derive_seed
-from scperteval.stats import GroupStats, merge_groups
+from scperteval.stats import GroupStats, merge_groups, subtract_group
+
+if TYPE_CHECKING:
+    from scperteval.engine.featuremap import FeatureMap
 
 __all__ = ["Engine"]
 
@@ -18,6 +25,33 @@ T = TypeVar("T")
 
 DEFAULT_SAMPLE_CELLS = 8192
 DEFAULT_PCA_CELLS = 10_000
+#: Largest sample matrix in a shared feature space kept in memory (bytes).
+SAMPLE_POINTS_BYTES = 256 * 2**20
+#: Memory for stored pairwise distances of samples (see :mod:`scperteval.engine.fastpath`).
+PAIR_STORE_BYTES = 1024 * 2**20
+
+
+@contextmanager
+def _serial_numba() -> Iterator[None]:
+    """Run numba's parallel kernels on the calling thread only (a thread-local setting).
+
+    For the small groups of cells summarised per perturbation, starting a parallel
+    region costs more than the work, and on a busy machine far more. The kernels give
+    every group to one thread, so the values are the same.
+    """
+    import numba
+
+    saved = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(saved)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
 
 
 class Engine:
@@ -51,6 +85,11 @@ class Engine:
         self.truth_half = "truth" if truth == "half" else "all"
         self.sample_cells = int(sample_cells)
         self.pca_cells = int(pca_cells)
+        #: Memory bound for the stored pairwise distances of cell samples (bytes).
+        self.pair_store_bytes = PAIR_STORE_BYTES
+        self._stores: OrderedDict[Hashable, Any] = OrderedDict()
+        self._stores_lock = threading.Lock()
+        self._population_plan: dict[str, set[Any]] = {}
 
     # --------------------------------------------------------------- basics
     @property
@@ -126,14 +165,27 @@ class Engine:
 
     def target_genes(self, condition: int) -> np.ndarray:
         """Indices of the measured genes named by a condition's perturbation(s)."""
-        names = self.context.layout.conditions[condition].components
-        genes = self.genes
-        return np.array([genes.get_loc(n) for n in names if n in genes], dtype=np.int64)
+
+        def build() -> np.ndarray:
+            names = self.context.layout.conditions[condition].components
+            genes = self.genes
+            found = [genes.get_loc(n) for n in names if n in genes]
+            return _read_only(np.array(found, dtype=np.int64))
+
+        return self.memo(("target_genes", condition), build)
+
+    def positions(self, condition: int, half: str = "all") -> np.ndarray:
+        """Sorted positions of a condition's cells (``all``, ``truth``, ``duplicate``), read-only."""
+        return self.memo(
+            ("positions", condition, half),
+            lambda: _read_only(self.context.layout.positions(condition, half)),
+        )
 
     def moments_of(self, positions: np.ndarray) -> GroupStats:
         """One-group statistics of the cells at ``positions``."""
         rows = self.context.dataset.rows(np.sort(positions))
-        return GroupStats.from_chunk(rows, np.zeros(rows.shape[0], dtype=np.int64), 1)
+        with _serial_numba():
+            return GroupStats.from_chunk(rows, np.zeros(rows.shape[0], dtype=np.int64), 1)
 
     def perturbed_sample(self, covariate: int) -> tuple[np.ndarray, GroupStats]:
         """The group's seeded sample of evaluated perturbed cells and its statistics."""
@@ -148,6 +200,98 @@ class Engine:
             return positions, self.moments_of(positions)
 
         return self.memo(("perturbed_sample", covariate), build)
+
+    def sample_split(self, condition: int) -> tuple[np.ndarray, np.ndarray]:
+        """Where a condition's cells are in its group's perturbed sample.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            Indices into the sample's positions of the cells of other conditions
+            (the ``all_perturbed_sample`` negative control), and of the condition's
+            own cells; both sorted, read-only.
+
+        """
+
+        def build() -> tuple[np.ndarray, np.ndarray]:
+            sample, _ = self.perturbed_sample(self.covariate_index(condition))
+            own = np.isin(sample, self.positions(condition, "all"), assume_unique=True)
+            return _read_only(np.flatnonzero(~own)), _read_only(np.flatnonzero(own))
+
+        return self.memo(("sample_split", condition), build)
+
+    def sample_without(self, condition: int) -> GroupStats:
+        """Statistics of the group's perturbed sample without the condition's cells."""
+
+        def build() -> GroupStats:
+            sample, sample_stats = self.perturbed_sample(self.covariate_index(condition))
+            _, own = self.sample_split(condition)
+            if own.size == 0:
+                return sample_stats
+            return subtract_group(sample_stats, self.moments_of(sample[own]))
+
+        return self.memo(("sample_without", condition), build)
+
+    def sample_rows(self, covariate: int) -> Any:
+        """Cells x genes rows of the group's perturbed sample (CSR or dense), cached."""
+        return self.memo(
+            ("sample_rows", covariate),
+            lambda: self.context.dataset.rows(self.perturbed_sample(covariate)[0]),
+        )
+
+    def sample_columns(self, covariate: int) -> Any:
+        """The sample's rows by column (CSC), for fast gene selections; cached."""
+
+        def build() -> Any:
+            rows = self.sample_rows(covariate)
+            return sp.csc_matrix(rows) if sp.issparse(rows) else rows
+
+        return self.memo(("sample_columns", covariate), build)
+
+    def sample_points(self, covariate: int, space: FeatureMap, shared: bool) -> np.ndarray:
+        """The group's perturbed sample in a feature space (``space.matrix`` of its rows).
+
+        Each row depends only on its cell, so a subset of these rows is exactly
+        what ``space.matrix`` gives for the subset's own rows. In a space shared by
+        the group's conditions (``shared``), the matrix is computed once and kept
+        (read-only) when it takes at most ``SAMPLE_POINTS_BYTES``.
+        """
+        n_cells = self.perturbed_sample(covariate)[0].size
+        if not shared or 8 * n_cells * space.size > SAMPLE_POINTS_BYTES:
+            return self._sample_points(covariate, space)
+        return self.memo(
+            ("sample_points", covariate, space.label),
+            lambda: _read_only(self._sample_points(covariate, space)),
+        )
+
+    def _sample_points(self, covariate: int, space: FeatureMap) -> np.ndarray:
+        # Gene selections read columns; projections need the rows in their CSR order
+        # (a sparse product sums each row's entries in stored order).
+        if space.genes is not None:
+            return space.matrix(self.sample_columns(covariate))
+        return space.matrix(self.sample_rows(covariate))
+
+    def pair_store(self, key: Hashable, build: Callable[[], Any], nbytes: int) -> Any:
+        """A large cached value (stored pairwise distances), least recently used first out.
+
+        At most ``pair_store_bytes`` are kept; a value larger than that is built and
+        not kept. Building is deterministic, so a value rebuilt after eviction is the
+        same.
+        """
+        with self._stores_lock:
+            if key in self._stores:
+                self._stores.move_to_end(key)
+                return self._stores[key]
+        value = build()
+        if nbytes > self.pair_store_bytes:
+            return value
+        with self._stores_lock:
+            if key in self._stores:
+                return self._stores[key]
+            self._stores[key] = (value, nbytes)
+            while sum(size for _, size in self._stores.values()) > self.pair_store_bytes:
+                self._stores.popitem(last=False)
+            return value
 
     def control_sample(self, covariate: int) -> tuple[np.ndarray, GroupStats]:
         """The group's seeded sample of control cells and its statistics."""

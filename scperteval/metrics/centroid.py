@@ -245,7 +245,7 @@ def l2(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None =
     perfect=1.0,
 )
 def cosine(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
-    """Cosine similarity ``gt . pred / (||gt|| ||pred||)`` (no centering).
+    """Cosine similarity ``dot(gt, pred) / (||gt|| ||pred||)`` (no centering).
 
     Parameters
     ----------

@@ -5,11 +5,14 @@ Inputs are point clouds: 2-D arrays (cells x features), usually in a reduced spa
 and returns a float; lower is better and 0 means the two samples are indistinguishable.
 
 Pairwise distances are computed with BLAS as ``||a||^2 + ||b||^2 - 2 a.b`` in float64,
-in row blocks whose size is bounded by ``max_block_bytes``, after shifting both clouds
-by their pooled mean (distances do not change under a common shift, and the expansion
-loses less precision near the origin). Squared distances within ``1e-12 (||a||^2 +
-||b||^2)`` of zero are rounding noise of the expansion and are set to 0, so coinciding
-cells are at distance 0 exactly.
+in tiles whose size is bounded by ``max_block_bytes`` (and small enough to stay in cache
+while a tile is transformed and summed), after shifting both clouds by their pooled mean
+(distances do not change under a common shift, and the expansion loses less precision
+near the origin). Squared distances within ``1e-12 (||a||^2 + ||b||^2)`` of zero are
+rounding noise of the expansion and are set to 0, so coinciding cells are at distance 0
+exactly. The matrix products run on one BLAS thread: with products this thin, more
+threads cost more in waking and waiting than they save (each value is the same either
+way), and a run parallelises over perturbations instead.
 
 The building blocks (:func:`distance_sum`, :func:`within_distance_sum`,
 :func:`kernel_sum`, :func:`within_kernel_sum`, :func:`median_pairwise_distance`,
@@ -20,7 +23,10 @@ within-sample sums of a reference sample once and reuse them for every perturbat
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +48,10 @@ __all__ = [
     "median_pairwise_distance",
     "energy_distance_from_sums",
     "mmd_from_sums",
+    "pair_sums",
+    "rbf_transform",
+    "SQRT",
+    "StoredPairs",
 ]
 
 Float64Array = npt.NDArray[np.float64]
@@ -54,6 +64,10 @@ DEFAULT_BLOCK_BYTES = 64 * 2**20
 _SNAP_RTOL = 1e-12
 # Arrays of one block's size alive at once: the block, a temporary and a mask.
 _ARRAYS_PER_BLOCK = 3
+# Values per tile of the summed pairwise terms: a tile, its transform and a mask fit
+# in cache together (2 MiB per float64 array).
+_TILE_ELEMENTS = 1 << 18
+_TILE_COLUMNS = 2048
 # Bits of the float64 pattern resolved by the first and by each later pass of the
 # exact median selection.
 _FIRST_DIGIT_BITS = 20
@@ -97,15 +111,6 @@ def _centred(*clouds: Float64Array) -> list[Float64Array]:
     return [cloud - shift for cloud in clouds]
 
 
-def _cross_pairs(x: Float64Array, y: Float64Array, max_block_bytes: int) -> Iterator[Float64Array]:
-    """Yield blocks of squared distances covering every pair (x_i, y_j) once."""
-    sq_x, sq_y = _row_norms(x), _row_norms(y)
-    rows = _rows_per_block(y.shape[0], max_block_bytes)
-    for start in range(0, x.shape[0], rows):
-        stop = start + rows
-        yield _squared_distances(x[start:stop], sq_x[start:stop], y, sq_y)
-
-
 def _within_pairs(x: Float64Array, max_block_bytes: int) -> Iterator[Float64Array]:
     """Yield arrays of squared distances covering every pair i < j of rows of x once."""
     sq = _row_norms(x)
@@ -121,29 +126,6 @@ def _within_pairs(x: Float64Array, max_block_bytes: int) -> Iterator[Float64Arra
             yield block[:, size:]
 
 
-def _sum_of(
-    blocks: Iterator[Float64Array], transform: Callable[[Float64Array], Float64Array]
-) -> float:
-    total = 0.0
-    for block in blocks:
-        total += float(transform(block).sum())
-    return total
-
-
-def _sqrt_in_place(d2: Float64Array) -> Float64Array:
-    return np.sqrt(d2, out=d2)
-
-
-def _rbf_in_place(bandwidth: float) -> Callable[[Float64Array], Float64Array]:
-    scale = -1.0 / (2.0 * bandwidth * bandwidth)
-
-    def kernel(d2: Float64Array) -> Float64Array:
-        d2 *= scale
-        return np.exp(d2, out=d2)
-
-    return kernel
-
-
 def _cloud_pair(gt: npt.ArrayLike, pred: npt.ArrayLike) -> tuple[Float64Array, Float64Array]:
     x = as_matrix(gt, "truth cells")
     y = as_matrix(pred, "predicted cells")
@@ -157,6 +139,251 @@ def _check_bandwidth(bandwidth: float) -> float:
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"bandwidth must be a positive finite number, got {bandwidth!r}")
     return value
+
+
+#: A transform of snapped squared distances whose sum over pairs is wanted:
+#: ``("sqrt", 0.0)`` for distances, ``("rbf", scale)`` for ``exp(scale * d2)``.
+PairTransform = tuple[str, float]
+SQRT: PairTransform = ("sqrt", 0.0)
+
+
+def rbf_transform(bandwidth: float) -> PairTransform:
+    """The transform of an RBF kernel of width ``bandwidth`` (see :func:`pair_sums`)."""
+    sigma = _check_bandwidth(bandwidth)
+    return ("rbf", -1.0 / (2.0 * sigma * sigma))
+
+
+_BLAS_LOCK = threading.Lock()
+_blas_state: dict[str, Any] = {"users": 0, "limiter": None, "controller": None}
+
+
+@contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """Run the enclosed matrix products on one BLAS thread, restoring the setting after.
+
+    Nested and concurrent uses share one limit: it is set by the first user and
+    restored when the last one leaves. The thread count never changes a value (each
+    entry of a product is computed by one thread); it only decides how fast thin
+    products run, and waking BLAS threads for them costs more than it saves.
+    """
+    with _BLAS_LOCK:
+        if _blas_state["users"] == 0:
+            controller = _blas_state["controller"]
+            if controller is None:
+                try:
+                    from threadpoolctl import ThreadpoolController
+                except ImportError:  # pragma: no cover - shipped with scikit-learn
+                    controller = False
+                else:
+                    controller = ThreadpoolController()
+                _blas_state["controller"] = controller
+            if controller:
+                _blas_state["limiter"] = controller.limit(limits=1, user_api="blas")
+        _blas_state["users"] += 1
+    try:
+        yield
+    finally:
+        with _BLAS_LOCK:
+            _blas_state["users"] -= 1
+            if _blas_state["users"] == 0 and _blas_state["limiter"] is not None:
+                _blas_state["limiter"].restore_original_limits()
+                _blas_state["limiter"] = None
+
+
+_TORCH_LOCK = threading.Lock()
+_torch_state: dict[str, Any] = {"users": 0, "saved": 0}
+
+
+@contextmanager
+def _single_threaded_torch(torch: Any) -> Iterator[None]:
+    """Run the enclosed torch operations on one intra-op thread (shared like the BLAS limit)."""
+    with _TORCH_LOCK:
+        if _torch_state["users"] == 0:
+            _torch_state["saved"] = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _torch_state["users"] += 1
+    try:
+        yield
+    finally:
+        with _TORCH_LOCK:
+            _torch_state["users"] -= 1
+            if _torch_state["users"] == 0:
+                torch.set_num_threads(_torch_state["saved"])
+
+
+def _tile_shape(n_rows: int, n_columns: int, max_block_bytes: int) -> tuple[int, int]:
+    budget = max(1, min(_TILE_ELEMENTS, int(max_block_bytes) // (8 * _ARRAYS_PER_BLOCK)))
+    columns = max(1, min(n_columns, _TILE_COLUMNS, budget))
+    rows = max(1, min(n_rows, budget // columns))
+    return rows, columns
+
+
+def _check_transforms(transforms: Sequence[PairTransform]) -> None:
+    for kind, _ in transforms:
+        if kind not in ("sqrt", "rbf"):
+            raise ValueError(f"unknown pair transform {kind!r}")
+
+
+def _pair_tiles(
+    x: Float64Array, y: Float64Array | None, want_root: bool, max_block_bytes: int
+) -> Iterator[tuple[Float64Array, Float64Array | None, npt.NDArray[np.bool_] | None]]:
+    """Yield ``(d2, root, lower)`` per tile of pairs, in a fixed order.
+
+    ``d2`` holds snapped squared distances, ``root`` their square roots (when
+    ``want_root``), ``lower`` (within one cloud, on tiles crossing the diagonal) marks
+    the leading columns' pairs ``j <= i`` to leave out. The arrays are reused: each
+    must be consumed before the next tile is asked for.
+    """
+    from scperteval._kernels import complete_distances, complete_squared_distances
+
+    within = y is None
+    other = x if y is None else y
+    n, m = x.shape[0], other.shape[0]
+    if n == 0 or m == 0:
+        return
+    sq_x = _row_norms(x)
+    sq_y = sq_x if within else _row_norms(other)
+    scaled = -2.0 * x
+    rows, columns = _tile_shape(n, m, max_block_bytes)
+    size = rows * columns
+    tile_buffer = np.empty(size)
+    root_buffer = np.empty(size) if want_root else None
+    with single_threaded_blas():
+        for start in range(0, n, rows):
+            stop = min(start + rows, n)
+            sq_a = sq_x[start:stop]
+            for first in range(start if within else 0, m, columns):
+                last = min(first + columns, m)
+                shape = (stop - start, last - first)
+                count = shape[0] * shape[1]
+                d2 = tile_buffer[:count].reshape(shape)
+                sq_b = sq_y[first:last]
+                np.matmul(scaled[start:stop], other[first:last].T, out=d2)
+                root = None
+                if root_buffer is not None:
+                    root = root_buffer[:count].reshape(shape)
+                    complete_distances(d2, sq_a, sq_b, _SNAP_RTOL, root)
+                else:
+                    complete_squared_distances(d2, sq_a, sq_b, _SNAP_RTOL)
+                # Within one cloud, a tile crossing the diagonal keeps only j > i.
+                crossing = min(stop, last) - first if within else 0
+                lower = None
+                if crossing > 0:
+                    lower = np.greater_equal.outer(
+                        np.arange(start, stop), np.arange(first, first + crossing)
+                    )
+                yield d2, root, lower
+
+
+def _add_tile_sums(
+    totals: list[float],
+    d2: Float64Array,
+    root: Float64Array | None,
+    lower: npt.NDArray[np.bool_] | None,
+    transforms: Sequence[PairTransform],
+    work_buffer: Float64Array,
+) -> None:
+    for index, (kind, scale) in enumerate(transforms):
+        if kind == "sqrt" and root is not None:
+            values = root
+        else:
+            values = work_buffer[: d2.size].reshape(d2.shape)
+            if kind == "sqrt":
+                np.sqrt(d2, out=values)
+            else:
+                np.multiply(d2, scale, out=values)
+                np.exp(values, out=values)
+        if lower is not None:
+            np.copyto(values[:, : lower.shape[1]], 0.0, where=lower)
+        totals[index] += float(values.sum())
+
+
+def pair_sums(
+    x: Float64Array,
+    y: Float64Array | None,
+    transforms: Sequence[PairTransform],
+    *,
+    max_block_bytes: int = DEFAULT_BLOCK_BYTES,
+) -> list[float]:
+    """Sums over pairs of each transform of the snapped squared distances, in one pass.
+
+    The clouds are used as given (not shifted). With ``y`` given, the pairs are all
+    ``(x_i, y_j)``; with ``y=None``, the unordered pairs ``i < j`` of rows of ``x``
+    (half of an ordered-pair within-sample sum). Every pair's squared distance is
+    computed once, in cache-sized tiles, and each transform of it summed: asking for
+    several sums at once costs little more than one, and gives for each transform
+    exactly the value it gets alone.
+
+    Parameters
+    ----------
+    x, y
+        Float64 point clouds (rows are points) with the same number of columns.
+    transforms
+        :data:`SQRT` (Euclidean distance) and/or :func:`rbf_transform` values.
+    max_block_bytes
+        Memory bound for one tile of pairwise values and its temporaries.
+
+    Returns
+    -------
+    list of float
+        One sum per transform, in order.
+
+    """
+    _check_transforms(transforms)
+    totals = [0.0] * len(transforms)
+    if not transforms:
+        return totals
+    want_root = any(kind == "sqrt" for kind, _ in transforms)
+    rows, columns = _tile_shape(x.shape[0], (x if y is None else y).shape[0], max_block_bytes)
+    work_buffer = np.empty(rows * columns)
+    for d2, root, lower in _pair_tiles(x, y, want_root, max_block_bytes):
+        _add_tile_sums(totals, d2, root, lower, transforms, work_buffer)
+    return totals
+
+
+class StoredPairs:
+    """The snapped squared distances of the pairs ``i < j`` of one cloud, kept in memory.
+
+    For a reference sample whose within-sample kernel sum is wanted at many
+    bandwidths: :meth:`sums` gives exactly what :func:`pair_sums` ``(x, None, ...)``
+    gives, tile for tile, without recomputing the distances. Holds about
+    ``8 n^2 / 2`` bytes (:meth:`nbytes_for`).
+
+    Parameters
+    ----------
+    x
+        Float64 point cloud, used as given (not shifted).
+    max_block_bytes
+        Memory bound for one tile (the tiling of :func:`pair_sums`).
+
+    """
+
+    def __init__(self, x: Float64Array, *, max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> None:
+        self._tiles = [
+            (d2.copy(), lower) for d2, _, lower in _pair_tiles(x, None, False, max_block_bytes)
+        ]
+        rows, columns = _tile_shape(x.shape[0], x.shape[0], max_block_bytes)
+        self._work_size = rows * columns
+
+    @staticmethod
+    def nbytes_for(n_points: int, max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> int:
+        """Approximate memory held for a cloud of ``n_points`` points."""
+        rows, columns = _tile_shape(n_points, n_points, max_block_bytes)
+        return 8 * (n_points * (n_points + 1) // 2 + n_points * min(rows, n_points))
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the stored distances."""
+        return sum(d2.nbytes for d2, _ in self._tiles)
+
+    def sums(self, transforms: Sequence[PairTransform]) -> list[float]:
+        """Sums over the pairs ``i < j`` of each transform, as :func:`pair_sums` computes them."""
+        _check_transforms(transforms)
+        totals = [0.0] * len(transforms)
+        work_buffer = np.empty(self._work_size)
+        for d2, lower in self._tiles:
+            _add_tile_sums(totals, d2, None, lower, transforms, work_buffer)
+        return totals
 
 
 # ---------------------------------------------------------------------- building blocks
@@ -182,7 +409,7 @@ def distance_sum(
     """
     a, b = _cloud_pair(x, y)
     a, b = _centred(a, b)
-    return _sum_of(_cross_pairs(a, b, max_block_bytes), _sqrt_in_place)
+    return pair_sums(a, b, [SQRT], max_block_bytes=max_block_bytes)[0]
 
 
 def within_distance_sum(x: npt.ArrayLike, *, max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> float:
@@ -205,7 +432,7 @@ def within_distance_sum(x: npt.ArrayLike, *, max_block_bytes: int = DEFAULT_BLOC
 
     """
     (a,) = _centred(as_matrix(x, "points"))
-    return 2.0 * _sum_of(_within_pairs(a, max_block_bytes), _sqrt_in_place)
+    return 2.0 * pair_sums(a, None, [SQRT], max_block_bytes=max_block_bytes)[0]
 
 
 def kernel_sum(
@@ -232,10 +459,10 @@ def kernel_sum(
         The sum; 0.0 when either cloud is empty.
 
     """
-    sigma = _check_bandwidth(bandwidth)
+    kernel = rbf_transform(bandwidth)
     a, b = _cloud_pair(x, y)
     a, b = _centred(a, b)
-    return _sum_of(_cross_pairs(a, b, max_block_bytes), _rbf_in_place(sigma))
+    return pair_sums(a, b, [kernel], max_block_bytes=max_block_bytes)[0]
 
 
 def within_kernel_sum(
@@ -258,9 +485,9 @@ def within_kernel_sum(
         The sum; 0.0 for fewer than two points.
 
     """
-    sigma = _check_bandwidth(bandwidth)
+    kernel = rbf_transform(bandwidth)
     (a,) = _centred(as_matrix(x, "points"))
-    return 2.0 * _sum_of(_within_pairs(a, max_block_bytes), _rbf_in_place(sigma))
+    return 2.0 * pair_sums(a, None, [kernel], max_block_bytes=max_block_bytes)[0]
 
 
 def median_pairwise_distance(
@@ -515,9 +742,9 @@ def energy_distance(
     x, y = _cloud_pair(gt, pred)
     _check_sizes(x.shape[0], y.shape[0], unbiased)
     x, y = _centred(x, y)
-    cross = _sum_of(_cross_pairs(x, y, DEFAULT_BLOCK_BYTES), _sqrt_in_place)
-    within_x = 2.0 * _sum_of(_within_pairs(x, DEFAULT_BLOCK_BYTES), _sqrt_in_place)
-    within_y = 2.0 * _sum_of(_within_pairs(y, DEFAULT_BLOCK_BYTES), _sqrt_in_place)
+    (cross,) = pair_sums(x, y, [SQRT])
+    within_x = 2.0 * pair_sums(x, None, [SQRT])[0]
+    within_y = 2.0 * pair_sums(y, None, [SQRT])[0]
     return energy_distance_from_sums(
         cross, within_x, within_y, x.shape[0], y.shape[0], unbiased=unbiased
     )
@@ -592,10 +819,10 @@ def mmd(
     else:
         sigma = _check_bandwidth(bandwidth)
     x, y = _centred(x, y)
-    kernel = _rbf_in_place(sigma)
-    cross = _sum_of(_cross_pairs(x, y, DEFAULT_BLOCK_BYTES), kernel)
-    within_x = 2.0 * _sum_of(_within_pairs(x, DEFAULT_BLOCK_BYTES), kernel)
-    within_y = 2.0 * _sum_of(_within_pairs(y, DEFAULT_BLOCK_BYTES), kernel)
+    kernel = rbf_transform(sigma)
+    (cross,) = pair_sums(x, y, [kernel])
+    within_x = 2.0 * pair_sums(x, None, [kernel])[0]
+    within_y = 2.0 * pair_sums(y, None, [kernel])[0]
     return mmd_from_sums(cross, within_x, within_y, x.shape[0], y.shape[0], unbiased=unbiased)
 
 
@@ -660,6 +887,14 @@ def sinkhorn(
     ValueError
         If ``blur`` is not positive or ``scaling`` is outside (0, 1).
 
+
+    Notes
+    -----
+    geomloss runs a few hundred small tensor operations per call; torch runs them on
+    one thread here (restored afterwards), as waking a pool of threads for each of
+    them is slower than the work itself, by far on a busy machine. Each operation is
+    too small to be split between threads, so the value does not change.
+
     """
     if not (math.isfinite(blur) and blur > 0):
         raise ValueError(f"blur must be a positive finite number, got {blur!r}")
@@ -679,6 +914,6 @@ def sinkhorn(
     if not pooled_range.any():
         return 0.0
     loss = SamplesLoss("sinkhorn", p=2, blur=blur, scaling=scaling, debias=True, backend=backend)
-    with torch.no_grad():
+    with torch.no_grad(), _single_threaded_torch(torch):
         divergence = float(loss(torch.from_numpy(x), torch.from_numpy(y)).item())
     return math.sqrt(2.0 * max(divergence, 0.0))

@@ -1,0 +1,107 @@
+"""Execute the example notebooks and check what they compute.
+
+Each notebook ends with a cell of assertions on its own results; a failing
+assertion, like any other exception, fails the notebook. After the notebook has
+run, one more cell prints a few of its values as JSON for the checks below.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+#: Per notebook: an expression evaluated in its kernel after the last cell, whose value
+#: (a JSON-serialisable dict) the test checks.
+PROBES = {
+    "01_quickstart.ipynb": (
+        "{'rank': {k: int(v) for k, v in result.leaderboard.table.set_index('model')"
+        "['rank'].items()}, 'trusted': calibration.trusted_protocols()}"
+    ),
+    "02_calibration_on_real_data.ipynb": (
+        "{'real': bool(USE_REAL_DATA), 'protocols': overall['protocol'].tolist(), "
+        "'drf_mean': overall.set_index('protocol')['drf_mean'].to_dict()}"
+    ),
+    "03_custom_metric_protocol_suite.ipynb": (
+        "{'columns': result.leaderboard.protocols, "
+        "'custom': calibration.overall()['protocol'].tolist()}"
+    ),
+    "04_comparing_models.ipynb": (
+        "{'score': board.table.set_index('model')['score'].to_dict(), "
+        "'excluded': sorted(board.excluded), 'strict_trusted': strict.leaderboard.trusted}"
+    ),
+}
+
+
+def run_notebook(path: Path) -> dict[str, Any]:
+    """Execute a notebook in a fresh kernel and return the value of its probe."""
+    notebook = nbformat.read(path, as_version=4)
+    probe = f"import json as _json\nprint(_json.dumps({PROBES[path.name]}))"
+    notebook.cells.append(nbformat.v4.new_code_cell(probe, id="test-probe"))
+    client = nbclient.NotebookClient(
+        notebook,
+        kernel_name="python3",
+        timeout=300,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    client.execute()
+    streams = [
+        output["text"]
+        for output in notebook.cells[-1].outputs
+        if output.get("output_type") == "stream" and output.get("name") == "stdout"
+    ]
+    return json.loads("".join(streams))
+
+
+def test_every_notebook_has_a_probe() -> None:
+    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(PROBES)
+
+
+@pytest.mark.parametrize("name", sorted(PROBES))
+def test_notebooks_are_stored_without_outputs(name: str) -> None:
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nbformat.validate(notebook)
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, (name, cell.id)
+
+
+def test_quickstart() -> None:
+    values = run_notebook(NOTEBOOKS / "01_quickstart.ipynb")
+    rank = values["rank"]
+    assert rank["accurate"] < rank["half_effect"] < rank["mode_collapse"]
+    assert rank["accurate"] < rank["dataset_mean"]
+    assert "weighted_mse" in values["trusted"]
+
+
+def test_calibration_on_real_data() -> None:
+    values = run_notebook(NOTEBOOKS / "02_calibration_on_real_data.ipynb")
+    configured = os.environ.get("SCPERTEVAL_DATA")
+    folder = Path(configured) if configured else Path(__file__).resolve().parents[2] / "shared/data"
+    assert values["real"] == (folder / "perturbench_devel.h5ad").is_file()
+    assert "sinkhorn_pca" not in values["protocols"]
+    assert values["drf_mean"]["weighted_mse"] > values["drf_mean"]["mse"]
+
+
+def test_custom_metric_protocol_suite() -> None:
+    values = run_notebook(NOTEBOOKS / "03_custom_metric_protocol_suite.ipynb")
+    assert {"weighted_mae", "mae_top_k", "mse_top_k=30"} <= set(values["columns"])
+    assert "spearman_delta_ctrl_top_k" in values["custom"]
+
+
+def test_comparing_models() -> None:
+    values = run_notebook(NOTEBOOKS / "04_comparing_models.ipynb")
+    score = values["score"]
+    assert score["accurate"] > max(score["mode_collapse"], score["mean_model"])
+    assert score["accurate"] > score["dataset_mean"]
+    assert "mse" in values["excluded"]
+    assert len(values["strict_trusted"]) > 0
