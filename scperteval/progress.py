@@ -41,6 +41,7 @@ def progress_bar(description: str, total: int, enabled: bool | None = None) -> A
         Number of units of work.
     enabled
         Force the bar on or off; by default shown only when stderr is a terminal.
+
     """
     show = sys.stderr.isatty() if enabled is None else enabled
     if not show:
