@@ -35,6 +35,9 @@ PROBES = {
         "{'columns': result.leaderboard.protocols, "
         "'custom': calibration.overall()['protocol'].tolist()}"
     ),
+    "05_calibration_science.ipynb": (
+        "{'drf': {str(k): v for k, v in drf.to_dict('index').items()}}"
+    ),
     "04_comparing_models.ipynb": (
         "{'score': board.table.set_index('model')['score'].to_dict(), "
         "'excluded': sorted(board.excluded), 'strict_trusted': strict.leaderboard.trusted}"
@@ -105,3 +108,12 @@ def test_comparing_models() -> None:
     assert score["accurate"] > score["dataset_mean"]
     assert "mse" in values["excluded"]
     assert len(values["strict_trusted"]) > 0
+
+
+def test_calibration_science() -> None:
+    values = run_notebook(NOTEBOOKS / "05_calibration_science.ipynb")
+    rows = list(values["drf"].values())
+    dense, sparse_biased = rows[0], rows[-1]
+    for unweighted in ("mse", "pearson_delta_ctrl"):
+        assert dense[unweighted] > sparse_biased[unweighted]
+    assert sparse_biased["weighted_mse"] > 0.9 > 0.3 > sparse_biased["mse"]
