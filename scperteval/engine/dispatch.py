@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from scperteval.engine.engine import Engine
+from scperteval.engine.fastpath import plan_population, population_value
 from scperteval.engine.protocol import Protocol
 from scperteval.engine.sources import SourceData
 from scperteval.engine.spaces import resolve_space
@@ -114,6 +115,7 @@ def run_protocols(
 
     """
     layout = engine.context.layout
+    plan_population(engine, protocols)
     tasks: list[tuple[Callable[..., list[dict[str, Any]]], tuple[Any, ...]]] = []
     for protocol in protocols:
         if protocol.scope == "dataset":
@@ -175,6 +177,8 @@ def _perturbation_task(
     engine: Engine, protocol: Protocol, condition: int, candidates: Sequence[Candidate]
 ) -> list[dict[str, Any]]:
     named = [(c.role, *c.resolve(protocol)) for c in candidates]
+    # Registered sources are fixed for the engine: sums over their cells may be shared.
+    shareable = [c.getter is None for c in candidates]
     try:
         space = resolve_space(engine, protocol.space, condition)
         reference = centering_vector(engine, protocol.centering, condition)
@@ -188,12 +192,23 @@ def _perturbation_task(
             for role, name, _ in named
         ]
     rows = []
-    for role, name, getter in named:
+    for (role, name, getter), registered in zip(named, shareable, strict=True):
         try:
-            view = make_view(
-                engine, protocol, condition, getter(engine, condition), space, reference
+            source = getter(engine, condition)
+            fast = population_value(
+                engine,
+                protocol,
+                condition,
+                space,
+                reference,
+                truth_view,
+                source,
+                cache_key=name if registered else None,
             )
-            value = float(protocol.metric(truth_view, view, ctx))
+            if fast is None:
+                view = make_view(engine, protocol, condition, source, space, reference)
+                fast = protocol.metric(truth_view, view, ctx)
+            value = float(fast)
             reason = "" if math.isfinite(value) else "metric undefined on these inputs"
         except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
             value, reason = math.nan, _failure(exc)

@@ -87,9 +87,11 @@ class Engine:
         self.pca_cells = int(pca_cells)
         #: Memory bound for the stored pairwise distances of cell samples (bytes).
         self.pair_store_bytes = PAIR_STORE_BYTES
-        self._stores: OrderedDict[Hashable, Any] = OrderedDict()
+        self._stores: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._stores_lock = threading.Lock()
-        self._population_plan: dict[str, set[Any]] = {}
+        #: Sums over pairs that the run's population protocols will ask for, by space
+        #: (see :mod:`scperteval.engine.fastpath`).
+        self.pair_plan: dict[str, frozenset[Any]] = {}
 
     # --------------------------------------------------------------- basics
     @property
@@ -139,6 +141,16 @@ class Engine:
             means = (totals[layout.condition_covariate] - centroids) / own_counts[:, None]
         return np.where(own_counts[:, None] > 0, means, np.nan)
 
+    def control_mean(self, condition: int) -> np.ndarray:
+        """Mean expression of the control cells of a condition's covariate group (read-only).
+
+        The row of ``context.control_means()`` for the condition, without building that
+        matrix: a row of a fresh ``(conditions x genes)`` array would keep all of it alive
+        for as long as the row is kept (a reference per condition held gigabytes).
+        """
+        row = self.context.control_stats().mean[self.covariate_index(condition)].view()
+        return _read_only(row)
+
     def covariate_all_stats(self) -> GroupStats:
         """Statistics of all cells (controls and evaluated perturbed) per covariate group."""
 
@@ -175,7 +187,7 @@ class Engine:
         return self.memo(("target_genes", condition), build)
 
     def positions(self, condition: int, half: str = "all") -> np.ndarray:
-        """Sorted positions of a condition's cells (``all``, ``truth``, ``duplicate``), read-only."""
+        """Sorted positions of a condition's half (``all``, ``truth``, ``duplicate``); read-only."""
         return self.memo(
             ("positions", condition, half),
             lambda: _read_only(self.context.layout.positions(condition, half)),
@@ -212,13 +224,16 @@ class Engine:
             own cells; both sorted, read-only.
 
         """
+        sample, _ = self.perturbed_sample(self.covariate_index(condition))
 
-        def build() -> tuple[np.ndarray, np.ndarray]:
-            sample, _ = self.perturbed_sample(self.covariate_index(condition))
+        def build() -> np.ndarray:
             own = np.isin(sample, self.positions(condition, "all"), assume_unique=True)
-            return _read_only(np.flatnonzero(~own)), _read_only(np.flatnonzero(own))
+            return _read_only(np.flatnonzero(own))
 
-        return self.memo(("sample_split", condition), build)
+        own = self.memo(("sample_own", condition), build)
+        others = np.ones(sample.size, dtype=bool)
+        others[own] = False
+        return _read_only(np.flatnonzero(others)), own
 
     def sample_without(self, condition: int) -> GroupStats:
         """Statistics of the group's perturbed sample without the condition's cells."""
@@ -281,13 +296,13 @@ class Engine:
         with self._stores_lock:
             if key in self._stores:
                 self._stores.move_to_end(key)
-                return self._stores[key]
+                return self._stores[key][0]
         value = build()
         if nbytes > self.pair_store_bytes:
             return value
         with self._stores_lock:
             if key in self._stores:
-                return self._stores[key]
+                return self._stores[key][0]
             self._stores[key] = (value, nbytes)
             while sum(size for _, size in self._stores.values()) > self.pair_store_bytes:
                 self._stores.popitem(last=False)

@@ -21,7 +21,7 @@ import numpy as np
 from scperteval.halves import derive_seed
 from scperteval.metrics._common import DegenerateInput
 from scperteval.registry import Registry
-from scperteval.stats import GroupStats, subtract_group
+from scperteval.stats import GroupStats
 
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
@@ -46,6 +46,10 @@ class SourceData:
         predictions), or ``None``.
     moments
         One-group statistics of the cells (for DE), or ``None``.
+    sample
+        ``(covariate index, indices)`` when the cells are the rows at ``indices`` of
+        the covariate group's perturbed sample (:meth:`Engine.perturbed_sample`), so
+        that views can be cut from the sample's cached views; else ``None``.
 
     """
 
@@ -53,6 +57,7 @@ class SourceData:
     positions: np.ndarray | None = None
     rows: Any = None
     moments: GroupStats | None = None
+    sample: tuple[int, np.ndarray] | None = None
 
     @property
     def has_cells(self) -> bool:
@@ -64,7 +69,7 @@ def _half_source(engine: Engine, condition: int, half: str) -> SourceData:
     context = engine.context
     return SourceData(
         centroid=context.centroids(half)[condition],
-        positions=context.layout.positions(condition, half),
+        positions=engine.positions(condition, half),
         moments=context.condition_stats(half).select([condition]),
     )
 
@@ -132,7 +137,7 @@ def global_mean(engine: Engine, condition: int) -> SourceData:
 )
 def control_mean(engine: Engine, condition: int) -> SourceData:
     """Mean expression of the covariate group's control cells."""
-    return SourceData(centroid=engine.context.control_means()[condition])
+    return SourceData(centroid=engine.control_mean(condition))
 
 
 @SOURCES.register(
@@ -142,16 +147,18 @@ def control_mean(engine: Engine, condition: int) -> SourceData:
 )
 def all_perturbed_sample(engine: Engine, condition: int) -> SourceData:
     """The group's shared sample of perturbed cells without this perturbation's cells."""
-    sample, sample_stats = engine.perturbed_sample(engine.covariate_index(condition))
-    own = engine.context.layout.positions(condition, "all")
-    own_in_sample = np.intersect1d(sample, own, assume_unique=True)
-    positions = np.setdiff1d(sample, own, assume_unique=True)
-    if positions.size < 2:
+    covariate = engine.covariate_index(condition)
+    sample, _ = engine.perturbed_sample(covariate)
+    others, _ = engine.sample_split(condition)
+    if others.size < 2:
         raise DegenerateInput("fewer than 2 other perturbed cells to sample from")
-    moments = sample_stats
-    if own_in_sample.size:
-        moments = subtract_group(sample_stats, engine.moments_of(own_in_sample))
-    return SourceData(centroid=moments.mean[0], positions=positions, moments=moments)
+    moments = engine.sample_without(condition)
+    return SourceData(
+        centroid=moments.mean[0],
+        positions=sample[others],
+        moments=moments,
+        sample=(covariate, others),
+    )
 
 
 @SOURCES.register(
@@ -166,15 +173,24 @@ def matched_perturbed_sample(engine: Engine, condition: int) -> SourceData:
     truth with a positive and a negative control of equal size keeps the two
     comparisons on the same footing; it also keeps optimal transport problems small.
     """
-    pool = all_perturbed_sample(engine, condition).positions
-    assert pool is not None
-    size = engine.context.layout.positions(condition, "duplicate").size
+    covariate = engine.covariate_index(condition)
+    sample, _ = engine.perturbed_sample(covariate)
+    others, _ = engine.sample_split(condition)
+    if others.size < 2:
+        raise DegenerateInput("fewer than 2 other perturbed cells to sample from")
+    pool = sample[others]
+    size = engine.positions(condition, "duplicate").size
     target = engine.context.layout.conditions[condition]
     if pool.size > size:
         seed = derive_seed(engine.seed, "matched", target.covariate, target.perturbation)
         pool = np.sort(np.random.default_rng(seed).choice(pool, size, replace=False))
     moments = engine.moments_of(pool)
-    return SourceData(centroid=moments.mean[0], positions=pool, moments=moments)
+    return SourceData(
+        centroid=moments.mean[0],
+        positions=pool,
+        moments=moments,
+        sample=(covariate, np.searchsorted(sample, pool)),
+    )
 
 
 @SOURCES.register(
@@ -200,7 +216,7 @@ def additive(engine: Engine, condition: int) -> SourceData:
     target = layout.conditions[condition]
     if not target.is_combination:
         raise DegenerateInput(f"{target.perturbation!r} is not a combination")
-    control = context.control_means()[condition]
+    control = engine.control_mean(condition)
     centroid = control.copy()
     centroids = context.centroids("all")
     for single in target.components:

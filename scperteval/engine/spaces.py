@@ -97,8 +97,8 @@ def expressed(engine: Engine, condition: int) -> FeatureMap:
     candidate: it cannot be a DEG and only adds ties, which rewards any
     candidate that merely ranks expressed genes first.
     """
-    truth = engine.context.condition_stats(engine.truth_half).variance()[condition]
-    rest = engine.context.rest_stats().variance()[condition]
+    truth = engine.context.condition_stats(engine.truth_half).select([condition]).variance()[0]
+    rest = engine.context.rest_stats().select([condition]).variance()[0]
     genes = np.flatnonzero((np.nan_to_num(truth) > 0) | (np.nan_to_num(rest) > 0))
     if genes.size == 0:
         raise DegenerateInput("no gene varies in the truth or its reference")
@@ -169,10 +169,13 @@ def _fit_pca(engine: Engine, covariate: int, k: int) -> FeatureMap:
     if positions.size > engine.pca_cells:
         positions = np.sort(rng.choice(positions, engine.pca_cells, replace=False))
     rows = engine.context.dataset.rows(positions)
-    dense = rows.toarray() if hasattr(rows, "toarray") else np.asarray(rows)
-    dense = np.asarray(dense, dtype=np.float64)
+    if hasattr(rows, "toarray"):
+        dense = np.asarray(rows.toarray(), dtype=np.float64)
+    else:
+        dense = np.array(rows, dtype=np.float64)  # a copy: it is centred in place
     offset = dense.mean(axis=0)
-    _, _, vt = np.linalg.svd(dense - offset, full_matrices=False)
+    dense -= offset  # in place: the centred copy is the largest array of the fit
+    _, _, vt = np.linalg.svd(dense, full_matrices=False)
     n_components = min(k, vt.shape[0])
     components = vt[:n_components].T.copy()
     # Fix each component's sign (largest loading positive) so fits are comparable.

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import numpy as np
+import scipy.sparse as sp
 
 from scperteval.diffexp import adjust_pvalues, welch_t_test
 from scperteval.engine.featuremap import FeatureMap
 from scperteval.engine.sources import SourceData
+from scperteval.engine.spaces import space_is_per_condition
 from scperteval.metrics import DegenerateInput, DEView, PerturbationContext
 from scperteval.metrics.weights import deg_weights_from_statistic
 
@@ -16,13 +19,13 @@ if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
     from scperteval.engine.protocol import Protocol
 
-__all__ = ["centering_vector", "make_view", "metric_context"]
+__all__ = ["centering_vector", "make_view", "metric_context", "space_is_shared"]
 
 
 def centering_vector(engine: Engine, centering: str, condition: int) -> np.ndarray | None:
     """Full-gene reference subtracted from truth and candidate (``None``: no centering)."""
     if centering == "control":
-        return engine.context.control_means()[condition]
+        return engine.control_mean(condition)
     if centering == "perturbed":
         return engine.dataset_means()[condition]
     return None
@@ -41,17 +44,44 @@ def make_view(
         vector = source.centroid if reference is None else source.centroid - reference
         return space.vector(vector, is_delta=reference is not None)
     if protocol.representation == "population":
-        if source.rows is not None:
-            rows = source.rows
-        elif source.positions is not None:
-            rows = engine.context.dataset.rows(source.positions)
-        else:
-            raise DegenerateInput("this source has no cells for a population metric")
-        cells = space.matrix(rows)
+        cells = _population_cells(engine, protocol, source, space)
         if reference is not None:
             cells -= space.vector(reference)
         return cells
     return _de_view(engine, condition, source, space)
+
+
+@functools.lru_cache(maxsize=512)
+def space_is_shared(spec: str) -> bool:
+    """Whether a space spec is the same for every condition of a covariate group."""
+    return not space_is_per_condition(spec)
+
+
+def _population_cells(
+    engine: Engine, protocol: Protocol, source: SourceData, space: FeatureMap
+) -> np.ndarray:
+    """Cells x features of a source in a space (a new array the caller may modify).
+
+    Cells of the group's perturbed sample are cut from the sample's matrix in the
+    space (kept for a shared space): a row of a gene selection, or of the product
+    of sparse rows with a projection, depends only on its cell, so the values are
+    those of the cells' own rows. (A dense product may round a row differently
+    with other rows around it, so dense data is projected from the cells' rows.)
+    """
+    if source.rows is not None:
+        return space.matrix(source.rows)
+    if source.sample is not None:
+        covariate, index = source.sample
+        shared = space_is_shared(protocol.space)
+        sample_size = engine.perturbed_sample(covariate)[0].size
+        exact = space.genes is not None or sp.issparse(engine.sample_rows(covariate))
+        # A few cells are quicker to read than the whole sample to map.
+        if exact and (shared or 2 * index.size >= sample_size):
+            points = engine.sample_points(covariate, space, shared)
+            return np.asarray(points[index], dtype=np.float64)  # indexing copies
+    if source.positions is not None:
+        return space.matrix(engine.context.dataset.rows(source.positions))
+    raise DegenerateInput("this source has no cells for a population metric")
 
 
 def _de_view(engine: Engine, condition: int, source: SourceData, space: FeatureMap) -> DEView:

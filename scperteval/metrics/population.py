@@ -10,14 +10,18 @@ while a tile is transformed and summed), after shifting both clouds by their poo
 (distances do not change under a common shift, and the expansion loses less precision
 near the origin). Squared distances within ``1e-12 (||a||^2 + ||b||^2)`` of zero are
 rounding noise of the expansion and are set to 0, so coinciding cells are at distance 0
-exactly. The matrix products run on one BLAS thread: with products this thin, more
-threads cost more in waking and waiting than they save (each value is the same either
-way), and a run parallelises over perturbations instead.
+exactly. Each tile's values are transformed (square root, kernel) and summed while in
+cache; the tile sums are added in a fixed order, so a value never depends on threads.
+The matrix products run on one BLAS thread: with products this thin, more threads cost
+more in waking and waiting than they save (on a busy machine, many times more), and the
+result does not depend on the machine's thread count either.
 
 The building blocks (:func:`distance_sum`, :func:`within_distance_sum`,
 :func:`kernel_sum`, :func:`within_kernel_sum`, :func:`median_pairwise_distance`,
-:func:`energy_distance_from_sums`, :func:`mmd_from_sums`) let a caller compute the
-within-sample sums of a reference sample once and reuse them for every perturbation.
+:func:`energy_distance_from_sums`, :func:`mmd_from_sums`, and below them
+:func:`pair_sums` and :class:`StoredPairs`) let a caller compute the within-sample sums
+of a reference sample once and reuse them for every perturbation
+(:mod:`scperteval.engine.fastpath` does).
 """
 
 from __future__ import annotations
@@ -162,9 +166,10 @@ def single_threaded_blas() -> Iterator[None]:
     """Run the enclosed matrix products on one BLAS thread, restoring the setting after.
 
     Nested and concurrent uses share one limit: it is set by the first user and
-    restored when the last one leaves. The thread count never changes a value (each
-    entry of a product is computed by one thread); it only decides how fast thin
-    products run, and waking BLAS threads for them costs more than it saves.
+    restored when the last one leaves. For thin products (tens of features) waking
+    BLAS threads costs more than it saves; one thread also makes a product with many
+    features independent of the machine's thread count (BLAS may split the sum over
+    features between threads).
     """
     with _BLAS_LOCK:
         if _blas_state["users"] == 0:
@@ -523,27 +528,32 @@ def median_pairwise_distance(
     (points,) = _centred(as_matrix(z, "points"))
     budget = max(1, int(max_block_bytes) // 8)
     shift = 64 - _FIRST_DIGIT_BITS
-    histogram = np.zeros(1 << _FIRST_DIGIT_BITS, dtype=np.int64)
-    kept: list[Float64Array] | None = []
-    kept_size = 0
-    for block in _within_pairs(points, max_block_bytes):
-        positive = block[block > 0]
-        histogram += np.bincount(_keys(positive) >> shift, minlength=histogram.size)
-        if kept is not None:
-            if kept_size + positive.size <= budget:
+    # The histogram of the radix selection is started only once the values outgrow
+    # the budget (it then counts the values kept so far too).
+    histogram: npt.NDArray[np.int64] | None = None
+    kept: list[Float64Array] = []
+    count = 0
+    with single_threaded_blas():
+        for block in _within_pairs(points, max_block_bytes):
+            positive = block[block > 0]
+            count += positive.size
+            if histogram is None and count <= budget:
                 kept.append(positive)
-                kept_size += positive.size
-            else:
-                kept = None
-    count = int(histogram.sum())
-    if count == 0:
-        return 0.0
-    ranks = ((count - 1) // 2, count // 2)
-    if kept is not None:
-        values = np.partition(np.concatenate(kept), ranks)
-        low, high = float(values[ranks[0]]), float(values[ranks[1]])
-    else:
-        low, high = _radix_select(points, ranks, histogram, shift, budget, max_block_bytes)
+                continue
+            if histogram is None:
+                histogram = np.zeros(1 << _FIRST_DIGIT_BITS, dtype=np.int64)
+                for values in kept:
+                    histogram += np.bincount(_keys(values) >> shift, minlength=histogram.size)
+                kept = []
+            histogram += np.bincount(_keys(positive) >> shift, minlength=histogram.size)
+        if count == 0:
+            return 0.0
+        ranks = ((count - 1) // 2, count // 2)
+        if histogram is None:
+            values = np.partition(np.concatenate(kept), ranks)
+            low, high = float(values[ranks[0]]), float(values[ranks[1]])
+        else:
+            low, high = _radix_select(points, ranks, histogram, shift, budget, max_block_bytes)
     return 0.5 * (math.sqrt(low) + math.sqrt(high))
 
 
@@ -892,8 +902,10 @@ def sinkhorn(
     -----
     geomloss runs a few hundred small tensor operations per call; torch runs them on
     one thread here (restored afterwards), as waking a pool of threads for each of
-    them is slower than the work itself, by far on a busy machine. Each operation is
-    too small to be split between threads, so the value does not change.
+    them is slower than the work itself, by far on a busy machine. Operations of the
+    usual sizes are too small to be split between threads, so the value is the one a
+    pool would give; for large samples one thread also keeps it independent of the
+    machine's thread count.
 
     """
     if not (math.isfinite(blur) and blur > 0):

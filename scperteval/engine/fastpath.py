@@ -1,0 +1,319 @@
+r"""Shortcuts for energy distance and MMD that keep the direct formulas' values.
+
+Both metrics are sums of a pairwise function ``f`` (the distance, or an RBF kernel)
+over three sets of pairs: truth x candidate, truth x truth and candidate x
+candidate (:func:`~scperteval.metrics.population.energy_distance_from_sums`,
+:func:`~scperteval.metrics.population.mmd_from_sums`). The truth has tens to
+hundreds of cells; the negative control ``all_perturbed_sample`` has thousands (the
+covariate group's shared sample ``S`` without the perturbation's own cells ``O``),
+so its within-sample sum is nearly all of the work. Two exact shortcuts remove most
+of it:
+
+- **Leave-one-out in a shared space** (``pca``, ``hvg``, ``heg``, ``full``): every
+  perturbation of the group sees the same ``S`` in the same features, and over
+  unordered pairs
+
+      W(S \ O) = W(S) - F(O, S \ O) - W(O),
+
+  so ``W(S)`` is computed once per (group, space) and each perturbation only pays
+  for the pairs of its own cells. The distance sum ``W(S)`` is a number; the kernel
+  sum depends on the bandwidth, which ``bandwidth='truth'`` sets per perturbation,
+  so the sample's pairwise squared distances are kept
+  (:class:`~scperteval.metrics.population.StoredPairs`, about ``4 n^2`` bytes,
+  within ``Engine.pair_store_bytes``) and each bandwidth costs one pass of
+  exponentials over them, not the distances again. The value differs from the direct
+  formula by float rounding only (the sums are grouped differently), about 1e-16 of
+  the within-sample term.
+- **One pass for several protocols** in a per-perturbation space (``top_k``): the
+  candidate's within-sample sum cannot be shared between perturbations, but
+  protocols on the same space and view (``energy_top_k``, ``mmd_top_k``) share its
+  pairs: the first to run computes every planned transform of them in one pass
+  (:func:`~scperteval.metrics.population.pair_sums`), and each value is bit for bit
+  the one computed alone.
+
+The truth x candidate and truth x truth sums are computed as the metric computes
+them (same shift, same tiles), so every value without a leave-one-out step is
+identical to the direct formula. Metrics other than the registered
+``energy_distance`` and ``mmd`` (with ``bandwidth='truth'`` or a number), and
+candidates not drawn from the engine's sources, take the direct path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from scperteval.engine.views import make_view, space_is_shared
+from scperteval.metrics.population import (
+    SQRT,
+    PairTransform,
+    StoredPairs,
+    _centred,
+    _check_bandwidth,
+    _check_sizes,
+    _cloud_pair,
+    energy_distance,
+    energy_distance_from_sums,
+    median_pairwise_distance,
+    mmd,
+    mmd_from_sums,
+    pair_sums,
+    rbf_transform,
+)
+
+if TYPE_CHECKING:
+    from scperteval.engine.engine import Engine
+    from scperteval.engine.featuremap import FeatureMap
+    from scperteval.engine.protocol import Protocol
+    from scperteval.engine.sources import SourceData
+
+__all__ = ["plan_population", "population_value"]
+
+# A planned pairwise function: "sqrt", "truth" (RBF, bandwidth from the truth) or a
+# fixed RBF bandwidth.
+_Planned = str | float
+# A leave-one-out step pays off when the left-out cells are this small a part.
+_LOO_FRACTION = 0.25
+
+
+@dataclass(frozen=True)
+class _PairMetric:
+    kind: str
+    unbiased: Any
+    bandwidth: Any
+
+
+def _pair_metric(protocol: Protocol) -> _PairMetric | None:
+    """The protocol's metric, when it is the registered energy distance or MMD."""
+    if protocol.representation != "population":
+        return None
+    metric = protocol.metric
+    entry = getattr(metric, "entry", None)
+    if entry is None:
+        return None
+    options = dict(metric.options)
+    unbiased = options.pop("unbiased", True)
+    if entry.func is energy_distance and not options:
+        return _PairMetric("energy", unbiased, None)
+    if entry.func is mmd:
+        bandwidth = options.pop("bandwidth", None)
+        if options or bandwidth is None:
+            return None  # the pooled-sample bandwidth is left to the metric itself
+        if isinstance(bandwidth, str) and bandwidth != "truth":
+            return None
+        return _PairMetric("mmd", unbiased, bandwidth)
+    return None
+
+
+def _planned(spec: _PairMetric) -> _Planned | None:
+    if spec.kind == "energy":
+        return "sqrt"
+    if spec.bandwidth == "truth":
+        return "truth"
+    try:
+        return _check_bandwidth(spec.bandwidth)
+    except (TypeError, ValueError):
+        return None
+
+
+def plan_population(engine: Engine, protocols: Sequence[Protocol]) -> None:
+    """Tell the engine which pairwise sums the protocols will ask for, by space.
+
+    Only the amount of work shared depends on the plan, never a value.
+    """
+    plan: dict[str, set[_Planned]] = {}
+    for protocol in protocols:
+        spec = _pair_metric(protocol)
+        if spec is None:
+            continue
+        planned = _planned(spec)
+        if planned is not None:
+            plan.setdefault(protocol.space, set()).add(planned)
+    merged = dict(engine.pair_plan)
+    for space, wanted in plan.items():
+        merged[space] = frozenset(merged.get(space, frozenset()) | wanted)
+    engine.pair_plan = merged
+
+
+def _transform(planned: _Planned, truth_bandwidth: Callable[[], float]) -> PairTransform:
+    if planned == "sqrt":
+        return SQRT
+    if planned == "truth":
+        return rbf_transform(truth_bandwidth())
+    return rbf_transform(float(planned))
+
+
+def _no_truth() -> float:
+    raise AssertionError("no truth bandwidth here")  # pragma: no cover
+
+
+def population_value(
+    engine: Engine,
+    protocol: Protocol,
+    condition: int,
+    space: FeatureMap,
+    reference: np.ndarray | None,
+    truth_view: Any,
+    source: SourceData,
+    cache_key: Hashable | None,
+) -> float | None:
+    """The protocol's value for one candidate, or ``None`` to use the metric directly.
+
+    Parameters
+    ----------
+    engine, protocol, condition, space, reference
+        As for :func:`~scperteval.engine.views.make_view`.
+    truth_view
+        The truth's cells in the space.
+    source
+        The candidate's data.
+    cache_key
+        A name that identifies the candidate's data for this engine (a registered
+        source), under which sums may be shared between protocols; ``None`` for
+        data that may change between runs (a model's predictions).
+
+    Raises
+    ------
+    DegenerateInput
+        Where the metric itself raises it, with the same reason.
+
+    """
+    spec = _pair_metric(protocol)
+    if spec is None:
+        return None
+    candidate: Any = make_view(engine, protocol, condition, source, space, reference)
+    x, y = _cloud_pair(truth_view, candidate)
+    _check_sizes(x.shape[0], y.shape[0], spec.unbiased)
+    truth = x
+    planned = _planned(spec)
+    if planned is None:
+        return None
+
+    def truth_bandwidth() -> float:
+        # The metric's median heuristic on the truth's cells, shared by the protocols
+        # (and candidates) that see the same truth view.
+        key = ("truth_bandwidth", condition, protocol.space, protocol.centering)
+        return engine.memo(key, lambda: median_pairwise_distance(truth) or 1.0)
+
+    transform = _transform(planned, truth_bandwidth)
+    x, y = _centred(x, y)
+    (cross,) = pair_sums(x, y, [transform])
+    within_x = 2.0 * pair_sums(x, None, [transform])[0]
+    within_y = 2.0 * _candidate_within(
+        engine,
+        protocol,
+        condition,
+        space,
+        source,
+        truth_bandwidth,
+        y,
+        planned,
+        transform,
+        cache_key,
+    )
+    n, m = x.shape[0], y.shape[0]
+    if spec.kind == "energy":
+        return energy_distance_from_sums(cross, within_x, within_y, n, m, unbiased=spec.unbiased)
+    return mmd_from_sums(cross, within_x, within_y, n, m, unbiased=spec.unbiased)
+
+
+def _candidate_within(
+    engine: Engine,
+    protocol: Protocol,
+    condition: int,
+    space: FeatureMap,
+    source: SourceData,
+    truth_bandwidth: Callable[[], float],
+    y: np.ndarray,
+    planned: _Planned,
+    transform: PairTransform,
+    cache_key: Hashable | None,
+) -> float:
+    """Sum of ``transform`` over the unordered pairs of the candidate's cells ``y``."""
+    shared = space_is_shared(protocol.space)
+    if shared and source.sample is not None:
+        covariate, index = source.sample
+        sample_size = engine.perturbed_sample(covariate)[0].size
+        if sample_size - index.size <= _LOO_FRACTION * index.size:
+            value = _leave_out_within(engine, protocol, covariate, space, index, planned, transform)
+            if value is not None:
+                return value
+    if cache_key is not None and not shared:
+        wanted = engine.pair_plan.get(protocol.space, frozenset())
+        transforms = sorted({_transform(p, truth_bandwidth) for p in wanted} | {transform})
+        if len(transforms) > 1:
+            key = ("pair_within", condition, protocol.space, protocol.centering, cache_key)
+            sums = engine.memo(
+                key, lambda: dict(zip(transforms, pair_sums(y, None, transforms), strict=True))
+            )
+            if transform in sums:
+                return sums[transform]
+    return pair_sums(y, None, [transform])[0]
+
+
+def _leave_out_within(
+    engine: Engine,
+    protocol: Protocol,
+    covariate: int,
+    space: FeatureMap,
+    index: np.ndarray,
+    planned: _Planned,
+    transform: PairTransform,
+) -> float | None:
+    """``W(S[index])`` from the whole sample's ``W(S)``, or ``None`` if not applicable."""
+    base = _centred_sample(engine, covariate, space)
+    if base is None:
+        return None
+    left_out = np.ones(base.shape[0], dtype=bool)
+    left_out[index] = False
+    own = base[left_out]
+    total = _sample_within(engine, protocol, covariate, space, base, planned, transform)
+    if own.shape[0] == 0:
+        return total
+    others = base[index]
+    (between,) = pair_sums(own, others, [transform])
+    (among,) = pair_sums(own, None, [transform])
+    return total - between - among
+
+
+def _centred_sample(engine: Engine, covariate: int, space: FeatureMap) -> np.ndarray | None:
+    """The group's sample in a shared space, shifted by its mean; ``None`` if not finite."""
+
+    def build() -> np.ndarray | None:
+        points = np.asarray(engine.sample_points(covariate, space, True), dtype=np.float64)
+        if not np.isfinite(points).all():
+            return None
+        (centred,) = _centred(points)
+        centred.flags.writeable = False
+        return centred
+
+    return engine.memo(("sample_centred", covariate, space.label), build)
+
+
+def _sample_within(
+    engine: Engine,
+    protocol: Protocol,
+    covariate: int,
+    space: FeatureMap,
+    base: np.ndarray,
+    planned: _Planned,
+    transform: PairTransform,
+) -> float:
+    """``W(S)`` for one transform: from stored distances, or from one shared pass."""
+    if planned == "truth":
+        # A bandwidth per perturbation: keep the distances, if they fit.
+        nbytes = StoredPairs.nbytes_for(base.shape[0])
+        if nbytes > engine.pair_store_bytes:
+            return pair_sums(base, None, [transform])[0]
+        store = engine.pair_store(
+            ("sample_pairs", covariate, space.label), lambda: StoredPairs(base), nbytes
+        )
+        return float(store.sums([transform])[0])
+    wanted = engine.pair_plan.get(protocol.space, frozenset())
+    fixed = tuple(sorted({_transform(p, _no_truth) for p in wanted if p != "truth"} | {transform}))
+    key = ("sample_within", covariate, space.label, fixed)
+    sums = engine.memo(key, lambda: dict(zip(fixed, pair_sums(base, None, fixed), strict=True)))
+    return float(sums[transform])
