@@ -96,7 +96,7 @@ def linear_baseline(engine: Engine, condition: int) -> SourceData:
         raise DegenerateInput("linear baseline: the perturbation's targets are not measured")
     covariate = engine.covariate_index(condition)
     others = [int(k) for k in engine.conditions_of(covariate) if int(k) != condition]
-    control = context.control_means()[condition]
+    control = engine.control_mean(condition)
     deltas = context.centroids("all")[others] - control
     _, singular, vt = np.linalg.svd(deltas - deltas.mean(axis=0), full_matrices=False)
     n_components = int(
