@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from scperteval.diffexp import welch_t_test
+from scperteval.diffexp import welch_between
 from scperteval.registry import Registry
 from scperteval.stats import GroupStats
 
@@ -31,14 +31,7 @@ def welch(
     context: Context, target: GroupStats, reference: GroupStats, reference_kind: str, half: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """Welch's t-test of every condition against its reference."""
-    return welch_t_test(
-        target.n[:, None],
-        target.mean,
-        target.variance(),
-        reference.n[:, None],
-        reference.mean,
-        reference.variance(),
-    )
+    return welch_between(target, reference)
 
 
 @DE_METHODS.register(
@@ -49,15 +42,7 @@ def welch_overestimated_variance(
     context: Context, target: GroupStats, reference: GroupStats, reference_kind: str, half: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """Scanpy's ``t-test_overestim_var``: ``n_reference`` replaced by ``n_target``."""
-    return welch_t_test(
-        target.n[:, None],
-        target.mean,
-        target.variance(),
-        reference.n[:, None],
-        reference.mean,
-        reference.variance(),
-        overestimate_variance=True,
-    )
+    return welch_between(target, reference, overestimate_variance=True)
 
 
 @DE_METHODS.register(

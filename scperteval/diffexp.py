@@ -28,6 +28,7 @@ import pandas as pd
 from scipy import special, stats
 
 from scperteval.dataset import Condition
+from scperteval.stats import GroupStats
 
 __all__ = [
     "DEResult",
@@ -168,6 +169,21 @@ def welch_t_test(
     statistic = np.where(np.isnan(statistic), 0.0, statistic)
     pvalue = np.where(np.isnan(pvalue), np.where(np.isinf(statistic), 0.0, 1.0), pvalue)
     return statistic, pvalue
+
+
+def welch_between(
+    target: GroupStats, reference: GroupStats, overestimate_variance: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`welch_t_test` of each group of ``target`` against the same row of ``reference``."""
+    return welch_t_test(
+        target.n[:, None],
+        target.mean,
+        target.variance(),
+        reference.n[:, None],
+        reference.mean,
+        reference.variance(),
+        overestimate_variance=overestimate_variance,
+    )
 
 
 def log_fold_change(mean_target: np.ndarray, mean_reference: np.ndarray) -> np.ndarray:

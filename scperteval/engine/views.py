@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
-from scperteval.diffexp import adjust_pvalues, welch_t_test
+from scperteval.diffexp import adjust_pvalues, welch_between
 from scperteval.engine.featuremap import FeatureMap
 from scperteval.engine.sources import SourceData
 from scperteval.engine.spaces import space_is_per_condition
@@ -97,14 +97,8 @@ def _de_view(engine: Engine, condition: int, source: SourceData, space: FeatureM
     rest = engine.context.rest_stats().select([condition])
     if source.moments is not None:
         moments = source.moments
-        statistic, pvalue = welch_t_test(
-            moments.n[:, None],
-            moments.mean,
-            moments.variance(),
-            rest.n[:, None],
-            rest.mean,
-            rest.variance(),
-            overestimate_variance=engine.context.de_method == "t-test_overestim_var",
+        statistic, pvalue = welch_between(
+            moments, rest, engine.context.de_method == "t-test_overestim_var"
         )
         padj = adjust_pvalues(pvalue)[0]
         statistic = statistic[0]
