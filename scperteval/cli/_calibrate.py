@@ -6,7 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from scperteval.cli._options import add_dataset_options, dataset_kwargs
+from scperteval.cli._options import (
+    add_compute_options,
+    add_dataset_options,
+    compute_kwargs,
+    dataset_kwargs,
+)
 
 
 def add_parser(commands: Any) -> None:
@@ -34,6 +39,7 @@ def add_parser(commands: Any) -> None:
     add_dataset_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of halves and samples")
     parser.add_argument("--workers", type=int, default=1, help="threads (default 1)")
+    add_compute_options(parser)
     parser.add_argument(
         "--de-method",
         default="t-test",
@@ -77,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         de_method=args.de_method,
         workers=args.workers,
+        **compute_kwargs(args),
         thresholds=thresholds,
         out=args.out,
     )

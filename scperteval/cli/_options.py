@@ -49,3 +49,27 @@ def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "normalize": args.normalize,
         "subset": parse_subset(args.subset),
     }
+
+
+def add_compute_options(parser: argparse.ArgumentParser) -> None:
+    """Options that say where the population metrics are computed."""
+    group = parser.add_argument_group("computation")
+    group.add_argument(
+        "--device",
+        default="numpy",
+        metavar="numpy|cpu|cuda[:N]",
+        help="energy distance, MMD and Sinkhorn with torch on this device; "
+        "numpy (default) is the reference",
+    )
+    group.add_argument(
+        "--precision",
+        default="float64",
+        choices=["float64", "float32"],
+        help="float32 only with a torch device (faster on a GPU; see the torch docs)",
+    )
+
+
+def compute_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments of the Python API from the computation options."""
+    device = None if args.device in (None, "", "numpy") else args.device
+    return {"device": device, "precision": args.precision}

@@ -6,7 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from scperteval.cli._options import add_dataset_options, dataset_kwargs
+from scperteval.cli._options import (
+    add_compute_options,
+    add_dataset_options,
+    compute_kwargs,
+    dataset_kwargs,
+)
 
 
 def add_parser(commands: Any) -> None:
@@ -32,6 +37,7 @@ def add_parser(commands: Any) -> None:
     add_dataset_options(score)
     score.add_argument("--seed", type=int, default=0)
     score.add_argument("--workers", type=int, default=1)
+    add_compute_options(score)
     score.add_argument(
         "--de-method", default="t-test", choices=["t-test", "t-test_overestim_var", "wilcoxon"]
     )
@@ -126,6 +132,7 @@ def run_score(args: argparse.Namespace) -> int:
         thresholds=_thresholds(args.thresholds),
         correction=args.correction,
         workers=args.workers,
+        **compute_kwargs(args),
         out=args.out,
         figures=not args.no_figures,
     )

@@ -13,6 +13,7 @@ import scipy.sparse as sp
 
 from scperteval.context import Context
 from scperteval.diffexp import DEResult
+from scperteval.engine.pairs import pair_backend
 from scperteval.halves import derive_seed
 from scperteval.stats import GroupStats, merge_groups, subtract_group
 
@@ -69,6 +70,13 @@ class Engine:
         Cap on the shared sample of perturbed cells and of control cells.
     pca_cells
         Cap on the cells a PCA space is fitted on.
+    device
+        Where the population fast path sums over pairs of cells: ``None`` (default)
+        for NumPy, the reference; ``"cpu"`` or ``"cuda"`` for torch (see
+        :func:`~scperteval.engine.pairs.pair_backend`). Sinkhorn runs on the same
+        torch device.
+    precision
+        ``"float64"`` (default) or ``"float32"`` (torch devices only).
 
     """
 
@@ -78,6 +86,8 @@ class Engine:
         truth: str = "half",
         sample_cells: int = DEFAULT_SAMPLE_CELLS,
         pca_cells: int = DEFAULT_PCA_CELLS,
+        device: str | None = None,
+        precision: str = "float64",
     ) -> None:
         if truth not in ("half", "all"):
             raise ValueError(f"truth must be 'half' or 'all', got {truth!r}")
@@ -85,6 +95,10 @@ class Engine:
         self.truth_half = "truth" if truth == "half" else "all"
         self.sample_cells = int(sample_cells)
         self.pca_cells = int(pca_cells)
+        self.device = device
+        self.precision = precision
+        #: Computes the population fast path's sums over pairs of cells.
+        self.pairs = pair_backend(device, precision)
         #: Memory bound for the stored pairwise distances of cell samples (bytes).
         self.pair_store_bytes = PAIR_STORE_BYTES
         self._stores: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()

@@ -50,17 +50,14 @@ from scperteval.engine.views import make_view, space_is_shared
 from scperteval.metrics.population import (
     SQRT,
     PairTransform,
-    StoredPairs,
     _centred,
     _check_bandwidth,
     _check_sizes,
     _cloud_pair,
     energy_distance,
     energy_distance_from_sums,
-    median_pairwise_distance,
     mmd,
     mmd_from_sums,
-    pair_sums,
     rbf_transform,
 )
 
@@ -195,13 +192,13 @@ def population_value(
     def truth_bandwidth() -> float:
         # The metric's median heuristic on the truth's cells, shared by the protocols
         # (and candidates) that see the same truth view.
-        key = ("truth_bandwidth", condition, protocol.space, protocol.centering)
-        return engine.memo(key, lambda: median_pairwise_distance(truth) or 1.0)
+        key = ("truth_bandwidth", engine.pairs.name, condition, protocol.space, protocol.centering)
+        return engine.memo(key, lambda: engine.pairs.median(truth) or 1.0)
 
     transform = _transform(planned, truth_bandwidth)
     x, y = _centred(x, y)
-    (cross,) = pair_sums(x, y, [transform])
-    within_x = 2.0 * pair_sums(x, None, [transform])[0]
+    (cross,) = engine.pairs.sums(x, y, [transform])
+    within_x = 2.0 * engine.pairs.sums(x, None, [transform])[0]
     within_y = 2.0 * _candidate_within(
         engine,
         protocol,
@@ -245,13 +242,21 @@ def _candidate_within(
         wanted = engine.pair_plan.get(protocol.space, frozenset())
         transforms = sorted({_transform(p, truth_bandwidth) for p in wanted} | {transform})
         if len(transforms) > 1:
-            key = ("pair_within", condition, protocol.space, protocol.centering, cache_key)
+            key = (
+                "pair_within",
+                engine.pairs.name,
+                condition,
+                protocol.space,
+                protocol.centering,
+                cache_key,
+            )
             sums = engine.memo(
-                key, lambda: dict(zip(transforms, pair_sums(y, None, transforms), strict=True))
+                key,
+                lambda: dict(zip(transforms, engine.pairs.sums(y, None, transforms), strict=True)),
             )
             if transform in sums:
                 return sums[transform]
-    return pair_sums(y, None, [transform])[0]
+    return engine.pairs.sums(y, None, [transform])[0]
 
 
 def _leave_out_within(
@@ -274,8 +279,8 @@ def _leave_out_within(
     if own.shape[0] == 0:
         return total
     others = base[index]
-    (between,) = pair_sums(own, others, [transform])
-    (among,) = pair_sums(own, None, [transform])
+    (between,) = engine.pairs.sums(own, others, [transform])
+    (among,) = engine.pairs.sums(own, None, [transform])
     return total - between - among
 
 
@@ -305,15 +310,17 @@ def _sample_within(
     """``W(S)`` for one transform: from stored distances, or from one shared pass."""
     if planned == "truth":
         # A bandwidth per perturbation: keep the distances, if they fit.
-        nbytes = StoredPairs.nbytes_for(base.shape[0])
+        nbytes = engine.pairs.store_nbytes(base.shape[0])
         if nbytes > engine.pair_store_bytes:
-            return pair_sums(base, None, [transform])[0]
+            return engine.pairs.sums(base, None, [transform])[0]
         store = engine.pair_store(
-            ("sample_pairs", covariate, space.label), lambda: StoredPairs(base), nbytes
+            ("sample_pairs", covariate, space.label), lambda: engine.pairs.store(base), nbytes
         )
         return float(store.sums([transform])[0])
     wanted = engine.pair_plan.get(protocol.space, frozenset())
     fixed = tuple(sorted({_transform(p, _no_truth) for p in wanted if p != "truth"} | {transform}))
-    key = ("sample_within", covariate, space.label, fixed)
-    sums = engine.memo(key, lambda: dict(zip(fixed, pair_sums(base, None, fixed), strict=True)))
+    key = ("sample_within", engine.pairs.name, covariate, space.label, fixed)
+    sums = engine.memo(
+        key, lambda: dict(zip(fixed, engine.pairs.sums(base, None, fixed), strict=True))
+    )
     return float(sums[transform])

@@ -128,6 +128,7 @@ def metric_context(
         weights=weights,
         target_features=space.positions_of(engine.target_genes(condition)),
         seed=engine.seed,
+        device=engine.device,
     )
 
 

@@ -47,6 +47,9 @@ class PerturbationContext:
         when the targets are not measured features.
     seed
         Seed for any randomness a metric needs.
+    device
+        Torch device for metrics that compute with torch (Sinkhorn); ``None``: the
+        CPU.
 
     Raises
     ------
@@ -62,6 +65,7 @@ class PerturbationContext:
     weights: npt.NDArray[np.float64] | None = None
     target_features: tuple[int, ...] = ()
     seed: int = 0
+    device: str | None = None
 
     def __post_init__(self) -> None:
         n_features = len(self.features)

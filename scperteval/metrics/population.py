@@ -868,7 +868,8 @@ def sinkhorn(
     gt, pred
         Cells x features arrays (dense or scipy sparse) with the same features.
     ctx
-        Unused; accepted for the common metric signature.
+        The perturbation's context; its ``device`` (a torch device) is where the
+        problem is solved, the CPU when ``None``.
     blur
         Entropic blur in feature units (``eps = blur^2``); geomloss's default. Smaller
         is closer to W2 and slower.
@@ -926,6 +927,13 @@ def sinkhorn(
     if not pooled_range.any():
         return 0.0
     loss = SamplesLoss("sinkhorn", p=2, blur=blur, scaling=scaling, debias=True, backend=backend)
+    device = None if ctx is None else ctx.device
+    if device is not None and torch.device(device).type != "cpu":
+        with torch.no_grad():
+            divergence = float(
+                loss(torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)).item()
+            )
+        return math.sqrt(2.0 * max(divergence, 0.0))
     with torch.no_grad(), _single_threaded_torch(torch):
         divergence = float(loss(torch.from_numpy(x), torch.from_numpy(y)).item())
     return math.sqrt(2.0 * max(divergence, 0.0))

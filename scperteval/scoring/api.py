@@ -131,6 +131,8 @@ def score(
     workers: int = 1,
     executor: cf.Executor | None = None,
     sample_cells: int = DEFAULT_SAMPLE_CELLS,
+    device: str | None = None,
+    precision: str = "float64",
     out: str | Path | None = None,
     figures: bool = True,
     progress: bool | None = None,
@@ -172,6 +174,13 @@ def score(
         Parallelism (threads, or any :class:`concurrent.futures.Executor`).
     sample_cells
         Cap on the cell samples used as controls.
+    device
+        Where energy distance, MMD and Sinkhorn are computed: ``None`` (default) with
+        NumPy, the reference; ``"cpu"`` or ``"cuda"`` (``"cuda:N"``) with torch
+        (the ``ot`` extra).
+    precision
+        ``"float64"`` (default) or ``"float32"`` (torch devices only; faster on a GPU,
+        accurate to the bound given in the torch documentation).
     out
         Folder for the tables, reports, figures and ``run.json``.
     figures
@@ -203,7 +212,9 @@ def score(
             subset,
         )
     context = Context(dataset, seed=seed, de_method=de_method)
-    engine = Engine(context, truth=truth, sample_cells=sample_cells)
+    engine = Engine(
+        context, truth=truth, sample_cells=sample_cells, device=device, precision=precision
+    )
     with timer.step("predictions"):
         models = load_predictions(predictions, dataset, context.layout, allow_missing)
     names = [m.name for m in models]
@@ -245,6 +256,7 @@ def score(
         "correction": correction,
         "thresholds": thresholds.as_dict(),
         "de_method": de_method,
+        "pair_backend": engine.pairs.name,
         "protocols": [p.name for p in chosen],
         "dataset_options": dataset.options(),
         "models": {

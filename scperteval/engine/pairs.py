@@ -1,0 +1,128 @@
+"""Where the population fast path computes its sums over pairs of cells.
+
+The fast path (:mod:`scperteval.engine.fastpath`) needs three things: sums of the
+Euclidean distance and of RBF kernels over the pairs of one or two clouds, a
+sample's stored pairwise distances summed at many bandwidths, and the median
+heuristic. :class:`NumpyPairs` computes them with NumPy and numba, the reference;
+:class:`~scperteval.torch_backend.pairs.TorchPairs` with torch on a CPU or a CUDA
+device. :func:`pair_backend` picks one from a run's ``device`` and ``precision``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from scperteval.errors import SpecError
+from scperteval.metrics.population import StoredPairs, median_pairwise_distance, pair_sums
+
+__all__ = ["PRECISIONS", "NumpyPairs", "PairBackend", "pair_backend"]
+
+#: Accepted values of ``precision``.
+PRECISIONS = ("float64", "float32")
+
+
+class StoredSums(Protocol):
+    """A cloud's stored pairwise distances."""
+
+    def sums(self, transforms: Sequence[tuple[str, float]]) -> list[float]:
+        """Sums over the pairs ``i < j`` of each transform."""
+        ...  # pragma: no cover
+
+
+class PairBackend(Protocol):
+    """What the population fast path needs from a backend."""
+
+    @property
+    def name(self) -> str:
+        """Short description written to ``run.json``."""
+        ...  # pragma: no cover
+
+    def sums(
+        self, x: np.ndarray, y: np.ndarray | None, transforms: Sequence[tuple[str, float]]
+    ) -> list[float]:
+        """Sums over pairs of each transform (see ``pair_sums``)."""
+        ...  # pragma: no cover
+
+    def store(self, x: np.ndarray) -> StoredSums:
+        """Stored pairwise distances of ``x``."""
+        ...  # pragma: no cover
+
+    def store_nbytes(self, n_points: int) -> int:
+        """Memory a store of ``n_points`` points holds, in bytes."""
+        ...  # pragma: no cover
+
+    def median(self, z: Any) -> float:
+        """Median of the positive pairwise distances of the rows of ``z``."""
+        ...  # pragma: no cover
+
+
+class NumpyPairs:
+    """The reference backend: NumPy matrix products and numba tile kernels."""
+
+    name = "numpy"
+
+    def sums(
+        self, x: np.ndarray, y: np.ndarray | None, transforms: Sequence[tuple[str, float]]
+    ) -> list[float]:
+        """Sums over pairs of each transform (:func:`~scperteval.metrics.population.pair_sums`)."""
+        return pair_sums(x, y, transforms)
+
+    def store(self, x: np.ndarray) -> StoredPairs:
+        """Stored pairwise distances of ``x`` (a ``StoredPairs``)."""
+        return StoredPairs(x)
+
+    def store_nbytes(self, n_points: int) -> int:
+        """Memory a store of ``n_points`` points holds, in bytes."""
+        return StoredPairs.nbytes_for(n_points)
+
+    def median(self, z: Any) -> float:
+        """The median heuristic (``median_pairwise_distance`` of the metrics)."""
+        return median_pairwise_distance(z)
+
+
+def pair_backend(device: str | None = None, precision: str = "float64") -> PairBackend:
+    """The backend for a run's ``device`` and ``precision``.
+
+    Parameters
+    ----------
+    device
+        ``None`` (default): NumPy, the reference. ``"cpu"``, ``"cuda"`` or
+        ``"cuda:N"``: torch on that device (needs torch, the ``ot`` extra).
+    precision
+        ``"float64"`` (default) or ``"float32"`` (torch devices only; faster on a
+        GPU, accurate to the bound in ``docs/torch.md``).
+
+    Returns
+    -------
+    PairBackend
+        The backend.
+
+    Raises
+    ------
+    SpecError
+        If ``precision`` is unknown, or float32 is asked for without a device.
+    MissingExtraError
+        If a device is asked for and torch is not installed.
+    DeviceUnavailable
+        If CUDA is asked for and not available.
+
+    """
+    if precision not in PRECISIONS:
+        raise SpecError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if device is None:
+        if precision != "float64":
+            raise SpecError("precision='float32' needs a torch device (device='cpu' or 'cuda')")
+        return NumpyPairs()
+    try:
+        import torch
+
+        from scperteval.torch_backend.pairs import TorchPairs
+    except ImportError:
+        from scperteval.errors import MissingExtraError
+
+        raise MissingExtraError("a torch device", "ot", "torch") from None
+    dtype = torch.float32 if precision == "float32" else torch.float64
+    return TorchPairs(device, dtype)
