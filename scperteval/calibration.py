@@ -16,6 +16,7 @@ from scperteval.context import Context
 from scperteval.engine.calibrators import Thresholds, calibration_table, verdict_reasons
 from scperteval.engine.dispatch import run_protocols, task_count
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS, Engine
+from scperteval.engine.failures import failure_counts, failure_lines, failure_record
 from scperteval.engine.suites import resolve_protocols
 from scperteval.progress import progress_bar
 from scperteval.runinfo import Timer, dataset_checksum, write_atomic, write_run_json
@@ -83,8 +84,7 @@ class CalibrationResult:
             f"thresholds: BDS >= {self.thresholds.bds_min}, DRF {self.thresholds.drf_statistic} "
             f">= {self.thresholds.drf_min}; {len(self.trusted_protocols())} of {len(table)} trusted"
         )
-        if self.n_failed:
-            lines.append(f"{self.n_failed} values are NaN (see the 'reason' column of results)")
+        lines.extend(failure_lines(self.results))
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -94,11 +94,17 @@ class CalibrationResult:
         return str(self.overall().style.format(precision=3).to_html())
 
     def write(self, folder: str | Path) -> None:
-        """Write ``results.parquet``, ``calibration.csv`` and ``protocols.csv`` atomically."""
+        """Write the tables atomically.
+
+        ``results.parquet``, ``calibration.csv``, ``protocols.csv`` and
+        ``failures.csv`` (NaN values counted by protocol, candidate and reason).
+        """
         folder = Path(folder)
         write_atomic(folder / "results.parquet", lambda p: self.results.to_parquet(p, index=False))
         write_atomic(folder / "calibration.csv", lambda p: self.calibration.to_csv(p, index=False))
         write_atomic(folder / "protocols.csv", lambda p: self.protocols.to_csv(p, index=False))
+        failures = failure_counts(self.results)
+        write_atomic(folder / "failures.csv", lambda p: failures.to_csv(p, index=False))
 
 
 def calibrate(
@@ -207,6 +213,7 @@ def calibrate(
         "n_perturbations": len(dataset.conditions),
         "covariates": dataset.covariates,
         "n_failed_values": int(results["value"].isna().sum()),
+        "failures": failure_record(results),
         "timings_seconds": timer.seconds,
     }
     result = CalibrationResult(results, table, descriptions, thresholds, info)

@@ -20,6 +20,7 @@ from scperteval.dataset import Dataset
 from scperteval.engine.calibrators import Thresholds
 from scperteval.engine.dispatch import Candidate, run_protocols
 from scperteval.engine.engine import Engine
+from scperteval.engine.failures import failure_counts, failure_record
 from scperteval.engine.sources import SourceData
 from scperteval.engine.suites import load_suite, resolve_protocols
 from scperteval.simulation import simulate
@@ -389,6 +390,15 @@ def test_failures_are_nan_with_a_reason_and_the_run_continues(sim, small):
     assert calibration.loc[("flaky_mse", "all"), "n_skipped"] == 2
     assert small.n_failed == int(table["value"].isna().sum()) == 12 + 4
     assert "16 values are NaN" in small.summary()
+    # Counted by protocol, candidate and reason, largest first.
+    counts = failure_counts(table)
+    assert counts["count"].sum() == 16
+    flaky_counts = counts[counts["protocol"] == "flaky_mse"]
+    assert set(flaky_counts["reason"]) == {"RuntimeError: boom"}
+    assert flaky_counts["count"].sum() == 4
+    assert counts["count"].is_monotonic_decreasing
+    assert failure_record(table)["flaky_mse"] == {"RuntimeError: boom": 4}
+    assert failure_counts(table.dropna(subset=["value"])).empty
 
 
 def test_thresholds_decide_the_verdict(sim):

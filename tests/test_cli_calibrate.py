@@ -34,6 +34,11 @@ def test_calibrate_example(tmp_path, capsys):
     run_json = json.loads((out / "run.json").read_text())
     assert run_json["options"]["protocols"] == ["pearson_delta_ctrl", "mse"]
     assert run_json["options"]["covariate_key"] == "cell_line"
+    # Every value was computed: the failure table exists, with a header only.
+    assert run_json["failures"] == {}
+    failures = pd.read_csv(out / "failures.csv")
+    assert list(failures.columns) == ["protocol", "source_name", "reason", "count"]
+    assert failures.empty
 
 
 def test_calibrate_options_reach_the_run(tmp_path, capsys):

@@ -108,6 +108,10 @@ def _print(result: Any, out: Path) -> None:
         )
         for protocol, reason in board.excluded.items():
             print(f"  excluded {protocol}: {reason}")
+    from scperteval.engine.failures import failure_lines
+
+    for line in failure_lines(result.results):
+        print(line)
     print(f"report: {out / 'report.html'}")
 
 

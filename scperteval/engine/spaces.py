@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scperteval.engine.featuremap import FeatureMap
+from scperteval.engine.pca import principal_axes
 from scperteval.errors import SpecError
 from scperteval.halves import derive_seed
 from scperteval.metrics._common import DegenerateInput
@@ -155,8 +156,9 @@ def pca(engine: Engine, condition: int, *, k: int = 50) -> FeatureMap:
     """Projection on the first ``k`` principal components of the group's cells.
 
     Fitted on a seeded sample of at most ``engine.pca_cells`` cells of the
-    covariate group (controls and perturbed), log expression centred, not scaled,
-    by an exact SVD of the dense sample, so the fit is deterministic.
+    covariate group (controls and perturbed), log expression centred, not scaled;
+    the axes are exact (:func:`~scperteval.engine.pca.principal_axes`), so the fit
+    is deterministic.
     """
     _check_k(k)
     covariate = engine.covariate_index(condition)
@@ -168,19 +170,8 @@ def _fit_pca(engine: Engine, covariate: int, k: int) -> FeatureMap:
     rng = np.random.default_rng(derive_seed(engine.seed, "pca", engine.covariates[covariate]))
     if positions.size > engine.pca_cells:
         positions = np.sort(rng.choice(positions, engine.pca_cells, replace=False))
-    rows = engine.context.dataset.rows(positions)
-    if hasattr(rows, "toarray"):
-        dense = np.asarray(rows.toarray(), dtype=np.float64)
-    else:
-        dense = np.array(rows, dtype=np.float64)  # a copy: it is centred in place
-    offset = dense.mean(axis=0)
-    dense -= offset  # in place: the centred copy is the largest array of the fit
-    _, _, vt = np.linalg.svd(dense, full_matrices=False)
-    n_components = min(k, vt.shape[0])
-    components = vt[:n_components].T.copy()
-    # Fix each component's sign (largest loading positive) so fits are comparable.
-    signs = np.sign(components[np.argmax(np.abs(components), axis=0), np.arange(n_components)])
-    components *= np.where(signs == 0, 1.0, signs)
+    components, offset = principal_axes(engine.context.dataset.rows(positions), k)
+    n_components = components.shape[1]
     names = np.array([f"PC{i + 1}" for i in range(n_components)])
     return FeatureMap(label=f"pca(k={k})", names=names, components=components, offset=offset)
 

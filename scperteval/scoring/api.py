@@ -17,6 +17,7 @@ from scperteval.context import Context
 from scperteval.engine.calibrators import Thresholds
 from scperteval.engine.dispatch import CONTROLS, Candidate, run_protocols, task_count
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS, Engine
+from scperteval.engine.failures import failure_counts, failure_record
 from scperteval.engine.suites import resolve_protocols
 from scperteval.errors import DatasetError, SpecError
 from scperteval.progress import progress_bar
@@ -87,6 +88,8 @@ class ScoreResult:
             )
         write_atomic(folder / "aggregates.csv", lambda p: self.aggregates.to_csv(p, index=False))
         write_atomic(folder / "tests.csv", lambda p: self.tests.to_csv(p, index=False))
+        failures = failure_counts(self.results)
+        write_atomic(folder / "failures.csv", lambda p: failures.to_csv(p, index=False))
         write_atomic(
             folder / "leaderboard.csv", lambda p: self.leaderboard.table.to_csv(p, index=False)
         )
@@ -270,6 +273,7 @@ def score(
         "n_cells": dataset.n_cells,
         "n_perturbations": len(dataset.conditions),
         "n_failed_values": int(results["value"].isna().sum()),
+        "failures": failure_record(results),
     }
     result = _result(derived, protocol_table, thresholds, info)
     info["timings_seconds"] = {**timer.seconds, "total": time.time() - started}

@@ -1,0 +1,75 @@
+"""Principal axes from Gram matrices equal those of a full SVD."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from scperteval.engine import pca
+from scperteval.engine.pca import principal_axes
+
+
+def svd_reference(dense, k):
+    """The textbook fit: full SVD of the centred sample, largest loading positive."""
+    centred = dense - dense.mean(axis=0)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    axes = vt[:k].T
+    signs = np.sign(axes[np.argmax(np.abs(axes), axis=0), np.arange(axes.shape[1])])
+    return axes * signs, dense.mean(axis=0)
+
+
+def expression_like(n_cells, n_genes, seed, density=0.3):
+    """Sparse non-negative data with a spectrum whose leading gaps are clear."""
+    rng = np.random.default_rng(seed)
+    scores = rng.normal(size=(n_cells, 12)) * np.geomspace(6.0, 1.5, 12)
+    loadings = rng.normal(size=(12, n_genes))
+    signal = np.abs(scores @ loadings + rng.normal(scale=0.3, size=(n_cells, n_genes)))
+    signal[rng.random(signal.shape) > density] = 0.0
+    return signal
+
+
+@pytest.fixture
+def small_side(monkeypatch):
+    monkeypatch.setattr(pca, "SMALL_SIDE", 40)
+    monkeypatch.setattr(pca, "BLOCK_BYTES", 8 * 4096)  # several blocks per sample
+
+
+@pytest.mark.parametrize("shape", [(400, 150), (150, 400)], ids=["genes<cells", "genes>cells"])
+@pytest.mark.parametrize("sparse", [True, False])
+def test_gram_routes_equal_full_svd(small_side, shape, sparse):
+    dense = expression_like(*shape, seed=shape[0])
+    sample = sp.csr_matrix(dense.astype(np.float32)) if sparse else dense
+    reference_input = dense.astype(np.float32).astype(np.float64) if sparse else dense
+    axes, offset = principal_axes(sample, 8)
+    expected_axes, expected_offset = svd_reference(reference_input, 8)
+    np.testing.assert_allclose(offset, expected_offset, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(axes, expected_axes, atol=1e-10)
+    np.testing.assert_allclose(axes.T @ axes, np.eye(8), atol=1e-12)
+
+
+def test_projected_distances_equal_full_svd(small_side):
+    dense = expression_like(300, 120, seed=5)
+    axes, offset = principal_axes(dense, 10)
+    expected_axes, _ = svd_reference(dense, 10)
+    projected = (dense - offset) @ axes
+    expected = (dense - offset) @ expected_axes
+    distances = np.linalg.norm(projected[:, None] - projected[None], axis=-1)
+    expected_distances = np.linalg.norm(expected[:, None] - expected[None], axis=-1)
+    assert np.abs(distances - expected_distances).max() <= 1e-10 * expected_distances.max()
+
+
+def test_rank_deficient_sample_falls_back_to_svd(small_side):
+    rng = np.random.default_rng(3)
+    dense = rng.normal(size=(200, 3)) @ rng.normal(size=(3, 90))  # rank 3 after centring
+    axes, _ = principal_axes(dense, 6)
+    expected_axes, _ = svd_reference(dense, 6)
+    np.testing.assert_array_equal(axes, expected_axes)
+
+
+def test_fewer_axes_than_asked_when_the_sample_is_small():
+    dense = expression_like(7, 30, seed=1)
+    axes, _ = principal_axes(dense, 50)
+    assert axes.shape == (30, 7)
+    expected_axes, _ = svd_reference(dense, 7)
+    np.testing.assert_allclose(axes[:, :6], expected_axes[:, :6], atol=1e-12)
