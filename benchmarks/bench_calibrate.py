@@ -117,7 +117,7 @@ def ensure_dataset(name: str, workdir: Path, given: str | None) -> Path:
     return path
 
 
-def ensure_prediction(data: Path, workdir: Path) -> Path:
+def ensure_prediction(data: Path, workdir: Path, perturbation_key: str = "perturbation") -> Path:
     """One model's predictions for ``data`` (the ``mean`` model), generated once."""
     folder = workdir / f"{data.stem}_predictions"
     found = sorted(folder.glob("*__pred_mean.h5ad")) if folder.exists() else []
@@ -125,6 +125,7 @@ def ensure_prediction(data: Path, workdir: Path) -> Path:
         return found[0]
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, str(MAKE_PREDICTIONS), str(data), "--out-dir", str(folder)]
+    command += ["--perturbation-key", perturbation_key]
     subprocess.run([*command, "--models", "mean"], check=True)
     return sorted(folder.glob("*__pred_mean.h5ad"))[0]
 
@@ -139,6 +140,35 @@ def measure(arguments: list[str], pythonpath: str | None, timeout: float) -> Mea
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     out = Path(arguments[arguments.index("--out") + 1])
     shutil.rmtree(out, ignore_errors=True)
+    measurement = measure_command(command, env, timeout)
+    run_json = out / "run.json"
+    if measurement.returncode == 0 and run_json.exists():
+        try:
+            measurement.timings = json.loads(run_json.read_text()).get("timings_seconds", {})
+        except (OSError, ValueError):
+            measurement.timings = {}
+    return measurement
+
+
+def measure_command(command: list[str], env: dict[str, str], timeout: float) -> Measurement:
+    """Run ``command`` as a fresh process; its wall time and peak resident memory.
+
+    Parameters
+    ----------
+    command
+        The program and its arguments.
+    env
+        The environment of the process.
+    timeout
+        Seconds after which the process is killed; the measurement then has an
+        infinite time, a NaN peak, return code -1 and the tail ``"timed out"``.
+
+    Returns
+    -------
+    Measurement
+        Wall seconds, peak RSS in GiB, return code and the tail of the output.
+
+    """
     started = time.perf_counter()
     if Path("/usr/bin/time").exists():
         with tempfile.NamedTemporaryFile("r", suffix=".txt") as report:
@@ -176,14 +206,7 @@ def measure(arguments: list[str], pythonpath: str | None, timeout: float) -> Mea
         if returncode < 0:
             return Measurement(float("inf"), float("nan"), returncode, tail="timed out")
         peak_kib = int(usage.ru_maxrss)
-    timings: dict[str, float] = {}
-    run_json = out / "run.json"
-    if run_json.exists():
-        try:
-            timings = json.loads(run_json.read_text()).get("timings_seconds", {})
-        except (OSError, ValueError):
-            timings = {}
-    return Measurement(seconds, peak_kib / 2**20, returncode, timings, tail)
+    return Measurement(seconds, peak_kib / 2**20, returncode, {}, tail)
 
 
 def _clock_seconds(text: str) -> float:
