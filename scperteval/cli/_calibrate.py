@@ -6,7 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from scperteval.cli._options import add_dataset_options, dataset_kwargs
+from scperteval.cli._options import (
+    add_dataset_options,
+    add_scheduler_option,
+    cluster_client,
+    dataset_kwargs,
+)
 
 
 def add_parser(commands: Any) -> None:
@@ -34,6 +39,7 @@ def add_parser(commands: Any) -> None:
     add_dataset_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of halves and samples")
     parser.add_argument("--workers", type=int, default=1, help="threads (default 1)")
+    add_scheduler_option(parser)
     parser.add_argument(
         "--de-method",
         default="t-test",
@@ -70,16 +76,18 @@ def run(args: argparse.Namespace) -> int:
         options["covariate_key"] = options["covariate_key"] or "cell_line"
     else:
         data = args.data
-    result = calibrate(
-        data,
-        protocols=args.protocols,
-        **options,
-        seed=args.seed,
-        de_method=args.de_method,
-        workers=args.workers,
-        thresholds=thresholds,
-        out=args.out,
-    )
+    with cluster_client(args.scheduler) as client:
+        result = calibrate(
+            data,
+            protocols=args.protocols,
+            **options,
+            seed=args.seed,
+            de_method=args.de_method,
+            workers=args.workers,
+            executor=client,
+            thresholds=thresholds,
+            out=args.out,
+        )
     print(result.summary())
     total = result.info.get("timings_seconds", {}).get("total", float("nan"))
     out = Path(args.out)

@@ -6,7 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from scperteval.cli._options import add_dataset_options, dataset_kwargs
+from scperteval.cli._options import (
+    add_dataset_options,
+    add_scheduler_option,
+    cluster_client,
+    dataset_kwargs,
+)
 
 
 def add_parser(commands: Any) -> None:
@@ -32,6 +37,7 @@ def add_parser(commands: Any) -> None:
     add_dataset_options(score)
     score.add_argument("--seed", type=int, default=0)
     score.add_argument("--workers", type=int, default=1)
+    add_scheduler_option(score)
     score.add_argument(
         "--de-method", default="t-test", choices=["t-test", "t-test_overestim_var", "wilcoxon"]
     )
@@ -112,23 +118,25 @@ def run_score(args: argparse.Namespace) -> int:
 
     if not args.pred:
         raise SpecError("give at least one model with --pred NAME=PATH (or a folder)")
-    result = score(
-        args.data,
-        args.pred,
-        protocols=args.protocols,
-        **dataset_kwargs(args),
-        seed=args.seed,
-        de_method=args.de_method,
-        truth=args.truth,
-        baselines=not args.no_baselines,
-        allow_missing=args.allow_missing,
-        aggregate=args.aggregate,
-        thresholds=_thresholds(args.thresholds),
-        correction=args.correction,
-        workers=args.workers,
-        out=args.out,
-        figures=not args.no_figures,
-    )
+    with cluster_client(args.scheduler) as client:
+        result = score(
+            args.data,
+            args.pred,
+            protocols=args.protocols,
+            **dataset_kwargs(args),
+            seed=args.seed,
+            de_method=args.de_method,
+            truth=args.truth,
+            baselines=not args.no_baselines,
+            allow_missing=args.allow_missing,
+            aggregate=args.aggregate,
+            thresholds=_thresholds(args.thresholds),
+            correction=args.correction,
+            workers=args.workers,
+            executor=client,
+            out=args.out,
+            figures=not args.no_figures,
+        )
     _print(result, Path(args.out))
     return 0
 
