@@ -164,18 +164,38 @@ def test_cluster_group_statistics_equal_local_pass(client, screen) -> None:
         np.testing.assert_array_equal(getattr(local, field), getattr(remote, field))
 
 
-@pytest.mark.parametrize("sparse", [True, False])
-def test_dask_array_matrix_equals_in_memory(client, screen, sparse) -> None:
+def _lazy_and_eager(screen: ad.AnnData, sparse: bool) -> tuple[Dataset, Dataset]:
     matrix = screen.X if sparse else np.asarray(screen.X.toarray())
     lazy = ad.AnnData(X=da.from_array(matrix, chunks=(CHUNK, -1)), obs=screen.obs, var=screen.var)
-    dataset = Dataset(lazy, covariate_key="cell_line")
-    blocks = [block for _, block in dataset.iter_chunks()]
+    eager = ad.AnnData(X=matrix, obs=screen.obs, var=screen.var)
+    # The dask array's blocks set its chunks; the in-memory matrix is cut the same way.
+    return Dataset(lazy, covariate_key="cell_line"), _dataset(eager)
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_dask_array_is_read_block_by_block(screen, sparse) -> None:
+    lazy, eager = _lazy_and_eager(screen, sparse)
+    blocks = [block for _, block in lazy.iter_chunks()]
     assert max(block.shape[0] for block in blocks) == CHUNK
     assert all(sp.issparse(block) == sparse for block in blocks)
-    eager = ad.AnnData(X=matrix, obs=screen.obs, var=screen.var)
-    in_memory = _local(calibrate, _dataset(eager), protocols=FEW_PROTOCOLS)
-    local = _local(calibrate, dataset, protocols=FEW_PROTOCOLS)
-    remote = calibrate(dataset, protocols=FEW_PROTOCOLS, executor=client)
+    assert lazy.chunk_slices() == eager.chunk_slices()
+    expected, found = Context(eager).group_stats, Context(lazy).group_stats
+    for field in ("n", "mean", "m2"):
+        np.testing.assert_array_equal(getattr(expected, field), getattr(found, field))
+    positions = np.array([0, 5, CHUNK - 1, CHUNK, 3 * CHUNK + 2, lazy.n_cells - 1])
+    rows, expected_rows = lazy.rows(positions), eager.rows(positions)
+    assert sp.issparse(rows) == sparse
+    np.testing.assert_array_equal(
+        rows.toarray() if sparse else rows,
+        expected_rows.toarray() if sparse else expected_rows,
+    )
+
+
+def test_dask_array_dataset_equals_in_memory(client, screen) -> None:
+    lazy, eager = _lazy_and_eager(screen, sparse=True)
+    in_memory = _local(calibrate, eager, protocols=FEW_PROTOCOLS)
+    local = _local(calibrate, lazy, protocols=FEW_PROTOCOLS)
+    remote = calibrate(lazy, protocols=FEW_PROTOCOLS, executor=client)
     for result in (local, remote):
         pd.testing.assert_frame_equal(in_memory.results, result.results, check_exact=True)
 
@@ -190,11 +210,24 @@ def test_norman_backed_on_cluster_equals_thread_pool(client, devel_path: Path) -
     shifted = ad.AnnData(
         X=norman.X.toarray() + 0.1, obs=norman.obs[["condition"]], var=norman.var[[]]
     )
-    options = {"protocols": PROTOCOLS, "figures": False}
+    options = {"protocols": PROTOCOLS, "figures": False, "baselines": ("linear", "control_mean")}
     local = _local(score, in_memory, {"shifted": shifted}, **options)
     remote = score(backed, {"shifted": shifted}, executor=client, **options)
     _assert_same_score(local, remote)
     assert not local.calibration.empty
+
+
+def test_cli_scheduler_option_runs_on_the_cluster(client, tmp_path: Path) -> None:
+    command = ["calibrate", "--example", "-p", FEW_PROTOCOLS, "--seed", "1"]
+    address = client.scheduler.address
+    assert main([*command, "--scheduler", address, "--out", str(tmp_path / "cluster")]) == 0
+    with threadpool_limits(1):
+        assert main([*command, "--workers", "2", "--out", str(tmp_path / "local")]) == 0
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "local" / "results.parquet"),
+        pd.read_parquet(tmp_path / "cluster" / "results.parquet"),
+        check_exact=True,
+    )
 
 
 def test_missing_distributed_names_the_extra(monkeypatch, tmp_path: Path, capsys) -> None:
