@@ -34,6 +34,16 @@ class Memo:
                 self._values[key] = compute()
             return self._values[key]  # type: ignore[no-any-return]
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The values travel; locks belong to one process and are made afresh.
+        with self._guard:
+            return {"values": dict(self._values)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._values = dict(state["values"])
+        self._locks = {}
+        self._guard = threading.Lock()
+
     def __contains__(self, key: Hashable) -> bool:
         return key in self._values
 

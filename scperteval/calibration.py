@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ import pandas as pd
 from scperteval.api import load_dataset
 from scperteval.context import Context
 from scperteval.engine.calibrators import Thresholds, calibration_table, verdict_reasons
-from scperteval.engine.dispatch import run_protocols, task_count
+from scperteval.engine.dispatch import group_statistics, run_protocols, task_count
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS, Engine
 from scperteval.engine.failures import failure_counts, failure_lines, failure_record
 from scperteval.engine.suites import resolve_protocols
@@ -120,7 +119,7 @@ def calibrate(
     seed: int = 0,
     de_method: str = "t-test",
     workers: int = 1,
-    executor: cf.Executor | None = None,
+    executor: Any = None,
     thresholds: Thresholds | None = None,
     sample_cells: int = DEFAULT_SAMPLE_CELLS,
     device: str | None = None,
@@ -147,7 +146,10 @@ def calibrate(
     workers
         Threads used when no ``executor`` is given.
     executor
-        Any :class:`concurrent.futures.Executor` to run the tasks on.
+        Any :class:`concurrent.futures.Executor` to run the tasks on, or a
+        :class:`distributed.Client`: then the group statistics and the tasks are
+        computed on the cluster's workers, with identical results (see
+        :doc:`/distributed`).
     thresholds
         Trust thresholds (default BDS >= 0.75 and median DRF >= 0.2).
     sample_cells
@@ -193,9 +195,8 @@ def calibrate(
         device=device,
         precision=precision,
     )
-    context = engine.context
     with timer.step("group_statistics"):
-        context.group_stats  # noqa: B018 - computed here so the timing is separate
+        group_statistics(engine, executor)  # here, so that the timing is separate
     n_tasks = task_count(engine, chosen)
     with timer.step("protocols"), progress_bar("protocols", n_tasks, progress) as bar:
         bar.unit = "tasks"

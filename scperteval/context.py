@@ -86,15 +86,47 @@ class Context:
         """Statistics of every group from one chunked pass over the matrix."""
         return self._memo.get("group_stats", self._compute_group_stats)
 
+    @property
+    def has_group_stats(self) -> bool:
+        """Whether :attr:`group_stats` is computed (or adopted) already."""
+        return "group_stats" in self._memo
+
     def _compute_group_stats(self) -> GroupStats:
-        layout = self.layout
-        total = GroupStats.empty(layout.n_groups, self.dataset.n_genes)
+        total = GroupStats.empty(self.layout.n_groups, self.dataset.n_genes)
         for positions, block in self.dataset.iter_chunks():
-            chunk = GroupStats.from_chunk(block, layout.codes[positions], layout.n_groups)
-            total = total.combine(chunk)
+            total = total.combine(self._summarise(positions, block))
             if self.progress is not None:
                 self.progress(positions.stop, self.dataset.n_cells)
         return total
+
+    def _summarise(self, positions: slice, block: Any) -> GroupStats:
+        layout = self.layout
+        return GroupStats.from_chunk(block, layout.codes[positions], layout.n_groups)
+
+    def chunk_stats(self, positions: slice) -> GroupStats:
+        """Statistics of one chunk of :meth:`Dataset.chunk_slices` (one task of a sharded pass).
+
+        Folding the chunks' statistics in order with :meth:`GroupStats.combine`, from
+        :meth:`GroupStats.empty`, gives exactly :attr:`group_stats`.
+        """
+        return self._summarise(positions, self.dataset.read_chunk(positions))
+
+    def adopt_group_stats(self, stats: GroupStats) -> None:
+        """Use group statistics computed elsewhere (merged from :meth:`chunk_stats`).
+
+        Kept only when :attr:`group_stats` has not been computed yet.
+        """
+        layout = self.layout
+        if stats.mean.shape != (layout.n_groups, self.dataset.n_genes):
+            raise ValueError(
+                f"group statistics of shape {stats.mean.shape} do not fit "
+                f"{layout.n_groups} groups x {self.dataset.n_genes} genes"
+            )
+        self._memo.get("group_stats", lambda: stats)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A progress callback belongs to the process that shows it.
+        return {**self.__dict__, "progress": None}
 
     def condition_stats(self, half: str = "all") -> GroupStats:
         """Statistics of each condition's cells of ``half``, one row per condition."""

@@ -12,6 +12,7 @@ expression matrix in row chunks so that files larger than memory work.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,38 +180,73 @@ class Dataset:
             + (f", {len(self.dropped)} left out (< {self.min_cells} cells)" if self.dropped else "")
         )
 
+    # --------------------------------------------------------------- pickling
+    def __getstate__(self) -> dict[str, Any]:
+        # Workers need the expression matrix only: obs, obsm, uns and other layers
+        # stay behind, and a backed file travels as its name and is reopened.
+        state = self.__dict__.copy()
+        if self.is_backed:
+            state["adata"] = None
+            state["_backed_file"] = str(self.adata.filename)
+        else:
+            state["adata"] = _matrix_only(self.adata, self.layer)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        backed_file = state.pop("_backed_file", None)
+        self.__dict__.update(state)
+        if backed_file is not None:
+            self.adata = _open(backed_file, backed=True)
+
     # ---------------------------------------------------------------- reading
     def matrix(self) -> Any:
         """The expression matrix object (``X`` or the layer), possibly backed."""
         return self.adata.layers[self.layer] if self.layer is not None else self.adata.X
 
+    def chunk_slices(self, chunk_cells: int | None = None) -> list[slice]:
+        """Row ranges of the kept cells that :meth:`iter_chunks` reads, in order.
+
+        ``chunk_cells`` (or the dataset's) cells each; without a size, all rows of an
+        in-memory matrix, the row chunks of a dask array, and ``DEFAULT_CHUNK_CELLS``
+        of a backed or normalised one.
+        """
+        size = int(chunk_cells or self.chunk_cells)
+        matrix = self.matrix()
+        if size <= 0 and _is_dask(matrix):
+            # Follow the array's own blocks so that each chunk reads whole blocks once.
+            block_starts = np.cumsum((0, *matrix.chunks[0]))
+            bounds = np.unique(np.searchsorted(self.cell_index, block_starts))
+            return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        if size <= 0:
+            size = DEFAULT_CHUNK_CELLS if self.is_backed or self.normalize else max(self.n_cells, 1)
+        return [
+            slice(start, min(start + size, self.n_cells)) for start in range(0, self.n_cells, size)
+        ]
+
+    def read_chunk(self, positions: slice) -> Any:
+        """The kept cells of one of :meth:`chunk_slices` (CSR or dense, normalised if asked)."""
+        start, stop = positions.start, positions.stop
+        matrix = self.matrix()
+        whole = self.cell_index.shape[0] == self.adata.n_obs
+        if not self.is_backed and whole and not self.normalize and not _is_dask(matrix):
+            # In-memory rows are views, not copies: the whole dense matrix, or CSR row ranges.
+            if not sp.issparse(matrix) and start == 0 and stop >= self.n_cells:
+                return np.asarray(matrix)
+            if sp.issparse(matrix) and matrix.format == "csr":
+                return _csr_row_view(matrix, start, stop)
+        block = _read_rows(matrix, self.cell_index[start:stop])
+        return normalize_log1p(block) if self.normalize else block
+
     def iter_chunks(self, chunk_cells: int | None = None) -> Iterator[tuple[slice, Any]]:
         """Yield ``(positions, block)`` over the kept cells in order.
 
-        ``positions`` is a slice into the kept cells (``0 .. n_cells``); ``block``
-        is a sparse (CSR) or dense float array of those cells, normalised when
-        ``normalize`` was requested.
+        ``positions`` is a slice into the kept cells (``0 .. n_cells``, see
+        :meth:`chunk_slices`); ``block`` is a sparse (CSR) or dense float array of
+        those cells (:meth:`read_chunk`), normalised when ``normalize`` was requested.
+        A dask-array matrix is read one chunk at a time, never as a whole.
         """
-        size = int(chunk_cells or self.chunk_cells)
-        if size <= 0:
-            size = DEFAULT_CHUNK_CELLS if self.is_backed or self.normalize else max(self.n_cells, 1)
-        matrix = self.matrix()
-        whole = self.cell_index.shape[0] == self.adata.n_obs
-        in_memory_rows = not self.is_backed and whole and not self.normalize
-        if in_memory_rows and not sp.issparse(matrix) and size >= self.n_cells:
-            yield slice(0, self.n_cells), np.asarray(matrix)
-            return
-        for start in range(0, self.n_cells, size):
-            stop = min(start + size, self.n_cells)
-            if in_memory_rows and sp.issparse(matrix) and matrix.format == "csr":
-                # Row ranges of an in-memory CSR matrix as views: no copy of the data.
-                yield slice(start, stop), _csr_row_view(matrix, start, stop)
-                continue
-            rows = self.cell_index[start:stop]
-            block = _read_rows(matrix, rows)
-            if self.normalize:
-                block = normalize_log1p(block)
-            yield slice(start, stop), block
+        for positions in self.chunk_slices(chunk_cells):
+            yield positions, self.read_chunk(positions)
 
     def rows(self, positions: np.ndarray) -> Any:
         """Expression of the kept cells at ``positions`` (sorted ascending)."""
@@ -395,6 +431,16 @@ def _open(data: Any, backed: bool | str) -> Any:
         raise DatasetError(f"{path}: cannot read as .h5ad ({type(exc).__name__}: {exc})") from None
 
 
+def _matrix_only(adata: Any, layer: str | None) -> Any:
+    import anndata
+
+    obs = pd.DataFrame(index=adata.obs_names)
+    var = pd.DataFrame(index=adata.var_names)
+    if layer is None:
+        return anndata.AnnData(X=adata.X, obs=obs, var=var)
+    return anndata.AnnData(obs=obs, var=var, layers={layer: adata.layers[layer]})
+
+
 def _available_memory() -> float:
     try:
         import psutil
@@ -433,7 +479,17 @@ def _read_rows(matrix: Any, rows: np.ndarray) -> Any:
         block = matrix[rows]
     if hasattr(block, "to_memory"):
         block = block.to_memory()
+    if _is_dask(block):
+        # Chunks are the unit of parallel work here: a nested scheduler would
+        # oversubscribe the worker (or send the block through a cluster client).
+        block = block.compute(scheduler="synchronous")
     return _as_rows(block)
+
+
+def _is_dask(matrix: Any) -> bool:
+    # Only a dask array can come from an imported dask.array: no import needed to check.
+    module = sys.modules.get("dask.array")
+    return module is not None and isinstance(matrix, module.Array)
 
 
 def _scan(values: np.ndarray) -> tuple[int, float, float, bool]:

@@ -15,6 +15,10 @@ class SpecError(ScpertevalError, ValueError):
     """A name or option given for a metric, protocol, space or source is invalid."""
 
 
+class ClusterError(ScpertevalError):
+    """A dask cluster asked for cannot be reached."""
+
+
 class MissingExtraError(ScpertevalError, ImportError):
     """An optional dependency needed for the requested feature is not installed."""
 

@@ -9,6 +9,8 @@ from typing import Any
 from scperteval.cli._options import (
     add_compute_options,
     add_dataset_options,
+    add_scheduler_option,
+    cluster_client,
     compute_kwargs,
     dataset_kwargs,
 )
@@ -40,6 +42,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of halves and samples")
     parser.add_argument("--workers", type=int, default=1, help="threads (default 1)")
     add_compute_options(parser)
+    add_scheduler_option(parser)
     parser.add_argument(
         "--de-method",
         default="t-test",
@@ -76,17 +79,19 @@ def run(args: argparse.Namespace) -> int:
         options["covariate_key"] = options["covariate_key"] or "cell_line"
     else:
         data = args.data
-    result = calibrate(
-        data,
-        protocols=args.protocols,
-        **options,
-        seed=args.seed,
-        de_method=args.de_method,
-        workers=args.workers,
-        **compute_kwargs(args),
-        thresholds=thresholds,
-        out=args.out,
-    )
+    with cluster_client(args.scheduler) as client:
+        result = calibrate(
+            data,
+            protocols=args.protocols,
+            **options,
+            seed=args.seed,
+            de_method=args.de_method,
+            workers=args.workers,
+            **compute_kwargs(args),
+            executor=client,
+            thresholds=thresholds,
+            out=args.out,
+        )
     print(result.summary())
     total = result.info.get("timings_seconds", {}).get("total", float("nan"))
     out = Path(args.out)

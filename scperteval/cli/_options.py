@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -73,3 +74,30 @@ def compute_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments of the Python API from the computation options."""
     device = None if args.device in (None, "", "numpy") else args.device
     return {"device": device, "precision": args.precision}
+
+
+def add_scheduler_option(parser: argparse.ArgumentParser) -> None:
+    """``--scheduler ADDRESS``: compute on a running dask cluster."""
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="address of a running dask scheduler (e.g. tcp://host:8786): compute the "
+        "group statistics and protocol tasks on its workers, with the same results "
+        "(needs scperteval[dask]; --workers is then ignored)",
+    )
+
+
+@contextmanager
+def cluster_client(address: str | None) -> Iterator[Any]:
+    """A dask client connected to ``address`` for the block, or ``None`` without one."""
+    if address is None:
+        yield None
+        return
+    from scperteval.engine.distributed import connect
+
+    client = connect(address)
+    try:
+        yield client
+    finally:
+        client.close()

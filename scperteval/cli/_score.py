@@ -9,6 +9,8 @@ from typing import Any
 from scperteval.cli._options import (
     add_compute_options,
     add_dataset_options,
+    add_scheduler_option,
+    cluster_client,
     compute_kwargs,
     dataset_kwargs,
 )
@@ -38,6 +40,7 @@ def add_parser(commands: Any) -> None:
     score.add_argument("--seed", type=int, default=0)
     score.add_argument("--workers", type=int, default=1)
     add_compute_options(score)
+    add_scheduler_option(score)
     score.add_argument(
         "--de-method", default="t-test", choices=["t-test", "t-test_overestim_var", "wilcoxon"]
     )
@@ -122,24 +125,26 @@ def run_score(args: argparse.Namespace) -> int:
 
     if not args.pred:
         raise SpecError("give at least one model with --pred NAME=PATH (or a folder)")
-    result = score(
-        args.data,
-        args.pred,
-        protocols=args.protocols,
-        **dataset_kwargs(args),
-        seed=args.seed,
-        de_method=args.de_method,
-        truth=args.truth,
-        baselines=not args.no_baselines,
-        allow_missing=args.allow_missing,
-        aggregate=args.aggregate,
-        thresholds=_thresholds(args.thresholds),
-        correction=args.correction,
-        workers=args.workers,
-        **compute_kwargs(args),
-        out=args.out,
-        figures=not args.no_figures,
-    )
+    with cluster_client(args.scheduler) as client:
+        result = score(
+            args.data,
+            args.pred,
+            protocols=args.protocols,
+            **dataset_kwargs(args),
+            seed=args.seed,
+            de_method=args.de_method,
+            truth=args.truth,
+            baselines=not args.no_baselines,
+            allow_missing=args.allow_missing,
+            aggregate=args.aggregate,
+            thresholds=_thresholds(args.thresholds),
+            correction=args.correction,
+            workers=args.workers,
+            **compute_kwargs(args),
+            executor=client,
+            out=args.out,
+            figures=not args.no_figures,
+        )
     _print(result, Path(args.out))
     return 0
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from scperteval.engine.distributed import is_dask_client
 from scperteval.engine.engine import Engine
 from scperteval.engine.fastpath import plan_population, population_value
 from scperteval.engine.protocol import Protocol
@@ -27,8 +28,9 @@ from scperteval.engine.sources import SourceData
 from scperteval.engine.spaces import resolve_space
 from scperteval.engine.views import centering_vector, make_view, metric_context
 from scperteval.metrics import DatasetContext
+from scperteval.stats import GroupStats
 
-__all__ = ["Candidate", "run_protocols", "task_count", "RESULT_COLUMNS"]
+__all__ = ["Candidate", "group_statistics", "run_protocols", "task_count", "RESULT_COLUMNS"]
 
 RESULT_COLUMNS = [
     "covariate",
@@ -87,7 +89,7 @@ def run_protocols(
     protocols: Sequence[Protocol],
     candidates: Sequence[Candidate] = CONTROLS,
     workers: int = 1,
-    executor: cf.Executor | None = None,
+    executor: Any = None,
     progress: Callable[[int], None] | None = None,
 ) -> pd.DataFrame:
     """Score every candidate against the truth for every protocol and perturbation.
@@ -103,7 +105,9 @@ def run_protocols(
     workers
         Threads of the default pool (ignored when ``executor`` is given).
     executor
-        Any :class:`concurrent.futures.Executor`.
+        Any :class:`concurrent.futures.Executor`, or a :class:`distributed.Client`:
+        then the engine and the candidates are shipped to its workers once and the
+        tasks run there (see :mod:`scperteval.engine.distributed`).
     progress
         Called with the number of tasks just finished.
 
@@ -120,21 +124,32 @@ def run_protocols(
     for protocol in protocols:
         if protocol.scope == "dataset":
             for covariate in range(len(layout.covariates)):
-                tasks.append((_dataset_task, (engine, protocol, covariate, candidates)))
+                tasks.append((_dataset_task, (protocol, covariate)))
         else:
             for condition in range(layout.n_conditions):
-                tasks.append((_perturbation_task, (engine, protocol, condition, candidates)))
+                tasks.append((_perturbation_task, (protocol, condition)))
     rows: list[dict[str, Any]] = []
+    if is_dask_client(executor):
+        from scperteval.engine.distributed import cluster_session
+
+        for finished in cluster_session(executor, engine).run(engine, tasks, candidates):
+            rows.extend(finished)
+            if progress is not None:
+                progress(1)
+        return _sorted_table(rows)
     owned = executor is None and workers > 1
     pool = cf.ThreadPoolExecutor(max_workers=workers) if owned else executor
     try:
         if pool is None:
             for function, arguments in tasks:
-                rows.extend(function(*arguments))
+                rows.extend(function(engine, *arguments, candidates))
                 if progress is not None:
                     progress(1)
         else:
-            futures = [pool.submit(function, *arguments) for function, arguments in tasks]
+            futures = [
+                pool.submit(function, engine, *arguments, candidates)
+                for function, arguments in tasks
+            ]
             for future in cf.as_completed(futures):
                 rows.extend(future.result())
                 if progress is not None:
@@ -142,6 +157,35 @@ def run_protocols(
     finally:
         if owned and pool is not None:
             pool.shutdown()
+    return _sorted_table(rows)
+
+
+def group_statistics(engine: Engine, executor: Any = None) -> GroupStats:
+    """The dataset's group statistics: on the cluster's workers when ``executor`` is a client.
+
+    Parameters
+    ----------
+    engine
+        Shared data of the dataset.
+    executor
+        A :class:`distributed.Client` computes one partial summary per chunk on its
+        workers (see :mod:`scperteval.engine.distributed`); anything else (or
+        ``None``) makes one local pass. The values are identical either way.
+
+    Returns
+    -------
+    GroupStats
+        ``engine.context.group_stats``.
+
+    """
+    if is_dask_client(executor):
+        from scperteval.engine.distributed import cluster_session
+
+        return cluster_session(executor, engine).group_stats(engine)
+    return engine.context.group_stats
+
+
+def _sorted_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
     table = pd.DataFrame(rows, columns=RESULT_COLUMNS)
     return table.sort_values(
         ["protocol", "covariate", "perturbation", "source", "source_name"], kind="stable"

@@ -107,6 +107,17 @@ class Engine:
         #: (see :mod:`scperteval.engine.fastpath`).
         self.pair_plan: dict[str, frozenset[Any]] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Stored pairwise distances are large and rebuilt on demand; a lock is per process.
+        state = self.__dict__.copy()
+        del state["_stores"], state["_stores_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._stores = OrderedDict()
+        self._stores_lock = threading.Lock()
+
     # --------------------------------------------------------------- basics
     @property
     def seed(self) -> int:

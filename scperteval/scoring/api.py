@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -15,7 +14,13 @@ import pandas as pd
 from scperteval.api import load_dataset
 from scperteval.context import Context
 from scperteval.engine.calibrators import Thresholds
-from scperteval.engine.dispatch import CONTROLS, Candidate, run_protocols, task_count
+from scperteval.engine.dispatch import (
+    CONTROLS,
+    Candidate,
+    group_statistics,
+    run_protocols,
+    task_count,
+)
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS, Engine
 from scperteval.engine.failures import failure_counts, failure_record
 from scperteval.engine.suites import resolve_protocols
@@ -132,7 +137,7 @@ def score(
     thresholds: Thresholds | None = None,
     correction: str = "bonferroni",
     workers: int = 1,
-    executor: cf.Executor | None = None,
+    executor: Any = None,
     sample_cells: int = DEFAULT_SAMPLE_CELLS,
     device: str | None = None,
     precision: str = "float64",
@@ -174,7 +179,9 @@ def score(
     correction
         ``bonferroni`` (default) or ``bh`` for the paired tests.
     workers, executor
-        Parallelism (threads, or any :class:`concurrent.futures.Executor`).
+        Parallelism: threads, any :class:`concurrent.futures.Executor`, or a
+        :class:`distributed.Client` to compute on a dask cluster with identical
+        results (see :doc:`/distributed`).
     sample_cells
         Cap on the cell samples used as controls.
     device
@@ -236,7 +243,7 @@ def score(
     candidates += [Candidate("model", m.name, m.source) for m in models]
     candidates += baseline_candidates(engine, baseline_names)
     with timer.step("group_statistics"):
-        context.group_stats  # noqa: B018 - computed here so the timing is separate
+        group_statistics(engine, executor)  # here, so that the timing is separate
     n_tasks = task_count(engine, chosen)
     with timer.step("protocols"), progress_bar("protocols", n_tasks, progress) as bar:
         bar.unit = "tasks"

@@ -1,0 +1,246 @@
+"""Running a dataset's work on a ``dask.distributed`` cluster.
+
+A :class:`ClusterSession` adapts a :class:`distributed.Client` to what
+:func:`~scperteval.engine.dispatch.run_protocols` needs. What runs where:
+
+- **Shipped once.** The engine (settings, the dataset's expression matrix or a
+  backed file's name, and the cached values computed so far, such as the group
+  layout) is scattered to every worker once (``broadcast=True``). Locks, the
+  store of pairwise distances and progress callbacks stay behind and are made
+  afresh on arrival (the ``__getstate__`` of :class:`~scperteval.engine.engine.Engine`,
+  :class:`~scperteval.context.Context`, :class:`~scperteval.dataset.Dataset` and
+  :class:`~scperteval._memo.Memo`). Before the protocols run, one more object is
+  scattered once: the merged group statistics, the plan of shared pair sums and the
+  candidates (model predictions included). Tasks receive both by reference.
+- **Group statistics on the workers.** One task per chunk of
+  :meth:`~scperteval.dataset.Dataset.chunk_slices` reads the chunk from the
+  worker's copy of the data and returns its partial
+  :class:`~scperteval.stats.GroupStats`; the client folds them in chunk order with
+  ``combine``, the fold of the local pass, so the statistics are bit for bit
+  those of a local run.
+- **Protocol tasks on the workers**, one per (protocol, perturbation) or
+  (protocol, covariate group), as on a thread pool.
+- **Derived data where it is used.** DE, PCA fits, cell samples and pair sums are
+  computed lazily by each worker the first time one of its tasks asks, then
+  shared by that worker's tasks. They are deterministic functions of the shipped
+  data and the seed (every random choice is seeded from names, never from the
+  worker or the order of tasks), so each worker computes the values a local run
+  computes; the cost is that each worker computes them once.
+
+dask and distributed are imported only here and only when a cluster is used.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from scperteval.errors import ClusterError, MissingExtraError
+from scperteval.stats import GroupStats
+
+if TYPE_CHECKING:
+    from scperteval.engine.engine import Engine
+
+__all__ = ["ClusterSession", "cluster_session", "connect", "is_dask_client"]
+
+Task = tuple[Callable[..., list[dict[str, Any]]], tuple[Any, ...]]
+
+_SESSIONS: weakref.WeakKeyDictionary[Engine, ClusterSession] = weakref.WeakKeyDictionary()
+
+
+def is_dask_client(executor: Any) -> bool:
+    """Whether ``executor`` is a :class:`distributed.Client` (without importing distributed)."""
+    module = sys.modules.get("distributed")
+    return module is not None and isinstance(executor, module.Client)
+
+
+def _distributed() -> Any:
+    try:
+        import dask  # noqa: F401 - checked with distributed: both are needed
+        import distributed
+    except ImportError:
+        raise MissingExtraError(
+            "running on a dask cluster (--scheduler / executor=Client)", "dask", "distributed"
+        ) from None
+    return distributed
+
+
+def connect(address: str) -> Any:
+    """A :class:`distributed.Client` connected to a running scheduler.
+
+    Parameters
+    ----------
+    address
+        The scheduler's address, e.g. ``tcp://10.0.0.5:8786``.
+
+    Returns
+    -------
+    distributed.Client
+        The connected client (close it when done).
+
+    Raises
+    ------
+    MissingExtraError
+        When dask or distributed is not installed.
+    ClusterError
+        When no scheduler answers at ``address``.
+
+    """
+    client_class = _distributed().Client
+    try:
+        return client_class(address)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ClusterError(f"cannot connect to a dask scheduler at {address!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class _RunInputs:
+    """What protocol tasks need beyond the engine, shipped once per run."""
+
+    group_stats: GroupStats
+    pair_plan: dict[str, frozenset[Any]]
+    candidates: Sequence[Any]
+
+    def install(self, engine: Engine) -> None:
+        engine.context.adopt_group_stats(self.group_stats)
+        engine.pair_plan = self.pair_plan
+
+
+def _chunk_stats(engine: Engine, positions: slice) -> GroupStats:
+    return engine.context.chunk_stats(positions)
+
+
+def _protocol_task(
+    function: Callable[..., list[dict[str, Any]]],
+    engine: Engine,
+    inputs: _RunInputs,
+    arguments: tuple[Any, ...],
+) -> list[dict[str, Any]]:
+    inputs.install(engine)
+    return function(engine, *arguments, inputs.candidates)
+
+
+class ClusterSession:
+    """One engine shipped to a dask cluster, and the runs on it.
+
+    Parameters
+    ----------
+    client
+        A connected :class:`distributed.Client`.
+    engine
+        The engine to ship; its group layout is computed first so that it travels.
+
+    Notes
+    -----
+    The session keeps no reference to the engine (it is cached per engine by
+    :func:`cluster_session`), only the future of the shipped copy.
+
+    """
+
+    def __init__(self, client: Any, engine: Engine) -> None:
+        _distributed()
+        self.client = client
+        engine.context.layout  # noqa: B018 - computed here so that it is shipped, not redone
+        self._engine = client.scatter(engine, broadcast=True, hash=False)
+
+    @property
+    def is_usable(self) -> bool:
+        """Whether the client is still connected."""
+        return str(getattr(self.client, "status", "")) == "running"
+
+    def group_stats(self, engine: Engine) -> GroupStats:
+        """The engine's group statistics, computed chunk by chunk on the workers.
+
+        Parameters
+        ----------
+        engine
+            The engine this session shipped (receives the merged statistics).
+
+        Returns
+        -------
+        GroupStats
+            Identical to ``engine.context.group_stats`` computed locally.
+
+        """
+        context = engine.context
+        if context.has_group_stats:
+            return context.group_stats
+        chunks = context.dataset.chunk_slices()
+        futures = [
+            self.client.submit(_chunk_stats, self._engine, positions, pure=False)
+            for positions in chunks
+        ]
+        total = GroupStats.empty(context.layout.n_groups, context.dataset.n_genes)
+        # In chunk order, the fold of the local pass: the same sums in the same order.
+        for positions, future in zip(chunks, futures, strict=True):
+            total = total.combine(future.result())
+            future.release()
+            if context.progress is not None:
+                context.progress(positions.stop, context.dataset.n_cells)
+        context.adopt_group_stats(total)
+        return context.group_stats
+
+    def run(
+        self, engine: Engine, tasks: Sequence[Task], candidates: Sequence[Any]
+    ) -> Iterator[list[dict[str, Any]]]:
+        """Run protocol tasks on the workers; yield each one's rows as it finishes.
+
+        Parameters
+        ----------
+        engine
+            The engine this session shipped.
+        tasks
+            ``(function, arguments)``: each runs as ``function(engine, *arguments,
+            candidates)`` on a worker.
+        candidates
+            What every task scores (shipped once).
+
+        Yields
+        ------
+        list of dict
+            The rows of one task.
+
+        """
+        distributed = _distributed()
+        inputs = _RunInputs(self.group_stats(engine), dict(engine.pair_plan), tuple(candidates))
+        shipped = self.client.scatter(inputs, broadcast=True, hash=False)
+        futures = [
+            self.client.submit(
+                _protocol_task, function, self._engine, shipped, arguments, pure=False
+            )
+            for function, arguments in tasks
+        ]
+        try:
+            for future in distributed.as_completed(futures):
+                yield future.result()
+        finally:
+            # Stopped early (an error, or the caller gave up): drop what is still queued.
+            self.client.cancel([future for future in futures if not future.done()])
+            futures.clear()
+            shipped.release()
+
+
+def cluster_session(client: Any, engine: Engine) -> ClusterSession:
+    """The session of ``engine`` on ``client``, shipping the engine on first use.
+
+    Parameters
+    ----------
+    client
+        A connected :class:`distributed.Client`.
+    engine
+        The engine whose tasks run on the cluster.
+
+    Returns
+    -------
+    ClusterSession
+        Shared by every call for the same engine and client, so the engine travels once.
+
+    """
+    session = _SESSIONS.get(engine)
+    if session is None or session.client is not client or not session.is_usable:
+        session = ClusterSession(client, engine)
+        _SESSIONS[engine] = session
+    return session
