@@ -155,3 +155,14 @@ def test_cli_backed_option(screen, tmp_path):
     assert code == 0
     options = json.loads((out / "run.json").read_text())["options"]
     assert options["backed"] is True and options["chunk_cells"] == 64
+
+
+def test_anndata_opened_backed_is_read_by_rows(screen):
+    import anndata
+
+    adata, path = screen
+    opened = anndata.read_h5ad(path, backed="r")
+    dataset = Dataset(opened, covariate_key="cell_line", chunk_cells=CHUNK)
+    assert dataset.is_backed and isinstance(dataset.matrix(), DiskCSR)
+    positions = np.array([1, 2, 3, 450, 799])
+    np.testing.assert_array_equal(dataset.rows(positions).toarray(), adata.X[positions].toarray())
