@@ -26,6 +26,8 @@ def load_dataset(
     min_cells: int = 4,
     normalize: bool = False,
     subset: Mapping[str, Any] | None = None,
+    backed: bool | str = "auto",
+    chunk_cells: int | None = None,
 ) -> Dataset:
     """Open and validate a perturbation dataset; see :class:`~scperteval.dataset.Dataset`.
 
@@ -35,6 +37,9 @@ def load_dataset(
         AnnData or path to an ``.h5ad`` file.
     perturbation_key, control_label, covariate_key, layer, min_cells, normalize, subset
         As for :class:`~scperteval.dataset.Dataset`.
+    backed, chunk_cells
+        Leave the matrices on disk and read this many cells at a time (see
+        :class:`~scperteval.dataset.Dataset`).
 
     Returns
     -------
@@ -53,6 +58,8 @@ def load_dataset(
         min_cells=min_cells,
         normalize=normalize,
         subset=subset,
+        backed=backed,
+        chunk_cells=chunk_cells,
     )
 
 
@@ -68,6 +75,8 @@ def de(
     min_cells: int = 4,
     normalize: bool = False,
     subset: Mapping[str, Any] | None = None,
+    backed: bool | str = "auto",
+    chunk_cells: int | None = None,
     seed: int = 0,
     out: str | Path | None = None,
     progress: bool | None = None,
@@ -80,6 +89,9 @@ def de(
         AnnData, path to an ``.h5ad`` file, or a :class:`~scperteval.dataset.Dataset`.
     perturbation_key, control_label, covariate_key, layer, min_cells, normalize, subset
         How to read the dataset (see :class:`~scperteval.dataset.Dataset`).
+    backed, chunk_cells
+        Leave the matrices on disk and read this many cells at a time (see
+        :class:`~scperteval.dataset.Dataset`).
     method
         ``t-test`` (Welch), ``t-test_overestim_var`` (scanpy's variant) or
         ``wilcoxon`` (Mann-Whitney U).
@@ -122,6 +134,8 @@ def de(
             min_cells,
             normalize,
             subset,
+            backed,
+            chunk_cells,
         )
     with progress_bar("group statistics", dataset.n_cells, progress) as bar:
         context = Context(dataset, seed=seed, de_method=method, progress=cell_progress(bar))

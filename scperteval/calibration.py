@@ -116,6 +116,8 @@ def calibrate(
     min_cells: int = 4,
     normalize: bool = False,
     subset: Mapping[str, Any] | None = None,
+    backed: bool | str = "auto",
+    chunk_cells: int | None = None,
     seed: int = 0,
     de_method: str = "t-test",
     workers: int = 1,
@@ -139,6 +141,9 @@ def calibrate(
         (``"pearson_delta_ctrl,mse_top_k=30"``) or a list of names / protocols.
     perturbation_key, control_label, covariate_key, layer, min_cells, normalize, subset
         How to read the dataset (see :class:`~scperteval.dataset.Dataset`).
+    backed, chunk_cells
+        Leave the matrices on disk and read this many cells at a time (see
+        :class:`~scperteval.dataset.Dataset`).
     seed
         Seed of the truth halves and cell samples.
     de_method
@@ -187,6 +192,8 @@ def calibrate(
             min_cells,
             normalize,
             subset,
+            backed,
+            chunk_cells,
         )
     engine = Engine(
         Context(dataset, seed=seed, de_method=de_method),

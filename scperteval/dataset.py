@@ -23,6 +23,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scperteval.errors import DatasetError
+from scperteval.ondisk import DiskCSR, on_disk, open_h5ad, read_rows
 
 __all__ = ["Dataset", "Condition", "COMBINATION_SEPARATOR", "DEFAULT_CHUNK_CELLS"]
 
@@ -76,8 +77,10 @@ class Dataset:
         Keep only cells whose ``obs`` values match, e.g. ``{"dataset": "norman19"}``
         (a value or a list of accepted values per column).
     backed
-        ``True`` opens the file read-only on disk, ``False`` loads it, ``"auto"``
-        opens it backed when the file is larger than a third of available memory.
+        ``True`` opens the file read-only and leaves its matrices on disk (only
+        ``obs`` and ``var`` are loaded; rows are read when needed, see
+        :mod:`scperteval.ondisk`), ``False`` loads it, ``"auto"`` opens it backed
+        when the file is larger than a third of the available memory.
     chunk_cells
         Number of rows read at a time when streaming the matrix; by default all
         rows of an in-memory matrix (read without copying) and
@@ -105,7 +108,8 @@ class Dataset:
     ) -> None:
         self.source = str(data) if isinstance(data, (str, os.PathLike)) else "AnnData"
         self.path = Path(data) if isinstance(data, (str, os.PathLike)) else None
-        self.adata = _open(data, backed)
+        self.adata, self._matrices_on_disk = _open(data, backed)
+        self._disk_matrix: Any = None
         self.perturbation_key = perturbation_key
         self.control_label = str(control_label)
         self.covariate_key = covariate_key
@@ -148,7 +152,7 @@ class Dataset:
     @property
     def is_backed(self) -> bool:
         """Whether the matrix is read from disk chunk by chunk."""
-        return bool(self.adata.isbacked)
+        return self._matrices_on_disk is not None or bool(self.adata.isbacked)
 
     def options(self) -> dict[str, Any]:
         """The reading options, as recorded in ``run.json``."""
@@ -160,6 +164,8 @@ class Dataset:
             "min_cells": self.min_cells,
             "normalize": self.normalize,
             "subset": self.subset,
+            "backed": self.is_backed,
+            "chunk_cells": self.chunk_cells or None,
         }
 
     def perturbations(self, covariate: str | None = None) -> list[str]:
@@ -183,11 +189,13 @@ class Dataset:
     # --------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
         # Workers need the expression matrix only: obs, obsm, uns and other layers
-        # stay behind, and a backed file travels as its name and is reopened.
+        # stay behind, and a file read from disk travels as its name and is reopened.
         state = self.__dict__.copy()
         if self.is_backed:
             state["adata"] = None
-            state["_backed_file"] = str(self.adata.filename)
+            state["_matrices_on_disk"] = None
+            state["_disk_matrix"] = None
+            state["_backed_file"] = str(self.path or self.adata.filename)
         else:
             state["adata"] = _matrix_only(self.adata, self.layer)
         return state
@@ -196,12 +204,26 @@ class Dataset:
         backed_file = state.pop("_backed_file", None)
         self.__dict__.update(state)
         if backed_file is not None:
-            self.adata = _open(backed_file, backed=True)
+            self.adata, self._matrices_on_disk = _open(backed_file, backed=True)
 
     # ---------------------------------------------------------------- reading
     def matrix(self) -> Any:
-        """The expression matrix object (``X`` or the layer), possibly backed."""
-        return self.adata.layers[self.layer] if self.layer is not None else self.adata.X
+        """The expression matrix object (``X`` or the layer).
+
+        For a backed dataset, a :class:`~scperteval.ondisk.DiskCSR` or an
+        :class:`h5py.Dataset` that reads row ranges from the file.
+        """
+        if self._matrices_on_disk is None and not (self.adata.isbacked and self.layer is None):
+            return self.adata.layers[self.layer] if self.layer is not None else self.adata.X
+        if self._disk_matrix is None:
+            node = (
+                self.adata.X
+                if self._matrices_on_disk is None
+                else self._matrices_on_disk[self.layer]
+            )
+            where = f"{self.source}: " + (f"layer {self.layer!r}" if self.layer else "X")
+            self._disk_matrix = on_disk(node, where)
+        return self._disk_matrix
 
     def chunk_slices(self, chunk_cells: int | None = None) -> list[slice]:
         """Row ranges of the kept cells that :meth:`iter_chunks` reads, in order.
@@ -234,7 +256,7 @@ class Dataset:
                 return np.asarray(matrix)
             if sp.issparse(matrix) and matrix.format == "csr":
                 return _csr_row_view(matrix, start, stop)
-        block = _read_rows(matrix, self.cell_index[start:stop])
+        block = _read_rows(matrix, self.cell_index[start:stop], max(stop - start, 1))
         return normalize_log1p(block) if self.normalize else block
 
     def iter_chunks(self, chunk_cells: int | None = None) -> Iterator[tuple[slice, Any]]:
@@ -249,8 +271,19 @@ class Dataset:
             yield positions, self.read_chunk(positions)
 
     def rows(self, positions: np.ndarray) -> Any:
-        """Expression of the kept cells at ``positions`` (sorted ascending)."""
-        block = _read_rows(self.matrix(), self.cell_index[np.asarray(positions)])
+        """Expression of the kept cells at ``positions`` (in that order).
+
+        A backed matrix is read in contiguous slices of nearby rows, each of at
+        most ``chunk_cells`` rows, so that only the rows asked for (and short gaps
+        between them) are read.
+        """
+        positions = np.asarray(positions, dtype=np.int64)
+        if positions.size > 1 and np.any(np.diff(positions) <= 0):
+            # Files are read in ascending order; the caller's order is restored after.
+            unique, inverse = np.unique(positions, return_inverse=True)
+            return self.rows(unique)[inverse]
+        span = self.chunk_cells or DEFAULT_CHUNK_CELLS
+        block = _read_rows(self.matrix(), self.cell_index[positions], span)
         return normalize_log1p(block) if self.normalize else block
 
     # ------------------------------------------------------------- validation
@@ -272,11 +305,20 @@ class Dataset:
                     f"{role} column {key!r} not found in obs; "
                     f"available columns: {_listing(columns)}"
                 )
-        if self.layer is not None and self.layer not in self.adata.layers:
+        if self._matrices_on_disk is None:
+            layers = list(map(str, self.adata.layers.keys()))
+        else:
+            layers = [name for name in self._matrices_on_disk if name is not None]
+        if self.layer is not None and self.layer not in layers:
             raise self._fail(
-                f"layer {self.layer!r} not found; available layers: "
-                f"{_listing(list(self.adata.layers.keys())) or '(none)'}"
+                f"layer {self.layer!r} not found; available layers: {_listing(layers) or '(none)'}"
             )
+        if (
+            self.layer is None
+            and self._matrices_on_disk is not None
+            and None not in self._matrices_on_disk
+        ):
+            raise self._fail("the file has no X matrix; choose a layer")
         names = pd.Index(self.adata.var_names.astype(str))
         if names.has_duplicates:
             duplicated = names[names.duplicated()].unique().tolist()
@@ -411,11 +453,12 @@ def normalize_log1p(block: Any, target_sum: float = 1e4) -> Any:
     return np.log1p(dense * scale)
 
 
-def _open(data: Any, backed: bool | str) -> Any:
+def _open(data: Any, backed: bool | str) -> tuple[Any, dict[str | None, Any] | None]:
+    """The AnnData, and the file's matrices left on disk when it is opened backed."""
     import anndata
 
     if isinstance(data, anndata.AnnData):
-        return data
+        return data, None
     if not isinstance(data, (str, os.PathLike)):
         raise DatasetError(
             f"expected an AnnData or a path to an .h5ad file, got {type(data).__name__}"
@@ -423,10 +466,14 @@ def _open(data: Any, backed: bool | str) -> Any:
     path = Path(data)
     if not path.exists():
         raise DatasetError(f"{path}: file not found")
+    if backed not in (True, False, "auto"):
+        raise DatasetError(f"backed must be True, False or 'auto', got {backed!r}")
     if backed == "auto":
         backed = path.stat().st_size > _available_memory() / 3
     try:
-        return anndata.read_h5ad(path, backed="r" if backed else None)
+        if backed:
+            return open_h5ad(path)
+        return anndata.read_h5ad(path), None
     except Exception as exc:  # noqa: BLE001 - any reader failure means unreadable input
         raise DatasetError(f"{path}: cannot read as .h5ad ({type(exc).__name__}: {exc})") from None
 
@@ -469,9 +516,11 @@ def _as_rows(matrix: Any) -> Any:
     return np.asarray(matrix)
 
 
-def _read_rows(matrix: Any, rows: np.ndarray) -> Any:
+def _read_rows(matrix: Any, rows: np.ndarray, max_span: int) -> Any:
     if rows.size == 0:
         return sp.csr_matrix((0, matrix.shape[1]))
+    if isinstance(matrix, DiskCSR) or _is_h5py_dataset(matrix):
+        return _as_rows(read_rows(matrix, rows, max_span))
     contiguous = rows[-1] - rows[0] + 1 == rows.size
     if contiguous:
         block = matrix[int(rows[0]) : int(rows[-1]) + 1]
@@ -490,6 +539,12 @@ def _is_dask(matrix: Any) -> bool:
     # Only a dask array can come from an imported dask.array: no import needed to check.
     module = sys.modules.get("dask.array")
     return module is not None and isinstance(matrix, module.Array)
+
+
+def _is_h5py_dataset(matrix: Any) -> bool:
+    import h5py
+
+    return isinstance(matrix, h5py.Dataset)
 
 
 def _scan(values: np.ndarray) -> tuple[int, float, float, bool]:

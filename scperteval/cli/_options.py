@@ -26,6 +26,25 @@ def add_dataset_options(parser: argparse.ArgumentParser) -> None:
         metavar="COLUMN=VALUE",
         help="keep cells whose obs COLUMN equals VALUE (repeatable; VALUE may be a,b,c)",
     )
+    reading = group.add_mutually_exclusive_group()
+    reading.add_argument(
+        "--backed",
+        dest="backed",
+        action="store_const",
+        const=True,
+        default="auto",
+        help="leave the matrix on disk and read it in chunks of cells (default: when the "
+        "file is larger than a third of the available memory)",
+    )
+    reading.add_argument(
+        "--in-memory", dest="backed", action="store_const", const=False, help="load the file"
+    )
+    group.add_argument(
+        "--chunk-cells",
+        type=int,
+        default=None,
+        help="cells read at a time from a backed file (default 50000)",
+    )
 
 
 def parse_subset(items: Sequence[str]) -> dict[str, Any]:
@@ -49,6 +68,8 @@ def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "min_cells": args.min_cells,
         "normalize": args.normalize,
         "subset": parse_subset(args.subset),
+        "backed": args.backed,
+        "chunk_cells": args.chunk_cells,
     }
 
 

@@ -264,11 +264,17 @@ class Engine:
         """Statistics of the group's perturbed sample without the condition's cells."""
 
         def build() -> GroupStats:
-            sample, sample_stats = self.perturbed_sample(self.covariate_index(condition))
+            covariate = self.covariate_index(condition)
+            _, sample_stats = self.perturbed_sample(covariate)
             _, own = self.sample_split(condition)
             if own.size == 0:
                 return sample_stats
-            return subtract_group(sample_stats, self.moments_of(sample[own]))
+            # Cut from the group's cached sample rows: a backed file is then read once
+            # per group, not again for every condition.
+            own_rows = self.sample_rows(covariate)[own]
+            with _serial_numba():
+                own_stats = GroupStats.from_chunk(own_rows, np.zeros(own.size, dtype=np.int64), 1)
+            return subtract_group(sample_stats, own_stats)
 
         return self.memo(("sample_without", condition), build)
 

@@ -71,5 +71,7 @@ class FeatureMap:
         """Positions in this space of the given full-space gene indices (selections only)."""
         if self.genes is None:
             return ()
-        where = {int(g): i for i, g in enumerate(self.genes)}
-        return tuple(where[int(g)] for g in gene_indices if int(g) in where)
+        # A few target genes against a selection: a comparison per target costs far
+        # less than an index of the whole selection, built for every perturbation.
+        found = (np.flatnonzero(self.genes == int(g)) for g in np.ravel(gene_indices))
+        return tuple(int(hits[-1]) for hits in found if hits.size)

@@ -128,6 +128,8 @@ def score(
     min_cells: int = 4,
     normalize: bool = False,
     subset: Mapping[str, Any] | None = None,
+    backed: bool | str = "auto",
+    chunk_cells: int | None = None,
     seed: int = 0,
     de_method: str = "t-test",
     truth: str = "half",
@@ -160,6 +162,9 @@ def score(
         :func:`scperteval.calibrate`).
     perturbation_key, control_label, covariate_key, layer, min_cells, normalize, subset
         How to read the truth (see :class:`~scperteval.dataset.Dataset`).
+    backed, chunk_cells
+        Leave the matrices on disk and read this many cells at a time (see
+        :class:`~scperteval.dataset.Dataset`).
     seed
         Seed of the truth halves, cell samples and bootstrap.
     de_method
@@ -220,6 +225,8 @@ def score(
             min_cells,
             normalize,
             subset,
+            backed,
+            chunk_cells,
         )
     context = Context(dataset, seed=seed, de_method=de_method)
     engine = Engine(
