@@ -217,6 +217,15 @@ def test_norman_backed_on_cluster_equals_thread_pool(client, devel_path: Path) -
     assert not local.calibration.empty
 
 
+def test_norman_calibrate_on_cluster_equals_thread_pool(client, devel_path: Path) -> None:
+    dataset = Dataset(devel_path, backed=False, chunk_cells=1000, **NORMAN)
+    local = _local(calibrate, dataset, protocols=PROTOCOLS)
+    remote = calibrate(dataset, protocols=PROTOCOLS, executor=client)
+    pd.testing.assert_frame_equal(local.results, remote.results, check_exact=True)
+    pd.testing.assert_frame_equal(local.calibration, remote.calibration, check_exact=True)
+    assert local.results["value"].notna().mean() > 0.95
+
+
 def test_cli_scheduler_option_runs_on_the_cluster(client, tmp_path: Path) -> None:
     command = ["calibrate", "--example", "-p", FEW_PROTOCOLS, "--seed", "1"]
     address = client.scheduler.address
