@@ -107,7 +107,12 @@ def ensure_dataset(args: argparse.Namespace) -> Path:
 
 
 def run_backend(
-    data: Path, protocols: list[str], device: str | None, precision: str, workers: int
+    data: Path,
+    protocols: list[str],
+    device: str | None,
+    precision: str,
+    workers: int,
+    subset: dict[str, list[str]] | None = None,
 ) -> tuple[pd.DataFrame, dict[str, float]]:
     """Calibrate the protocols on one backend; the results and the run's timings."""
     import scperteval
@@ -116,6 +121,7 @@ def run_backend(
     result = scperteval.calibrate(
         str(data),
         protocols=protocols,
+        subset=subset,
         device=device,
         precision=precision,
         workers=workers,
@@ -194,17 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = anndata.read_h5ad(data, backed="r").obs["perturbation"].astype(str)
     warm_subset = {"perturbation": sorted(set(labels))[:3] + ["control"]}
     for _, device, precision, workers in cases:
-        import scperteval
-
-        scperteval.calibrate(
-            str(data),
-            protocols=protocols,
-            subset=warm_subset,
-            device=device,
-            precision=precision,
-            workers=workers,
-            progress=False,
-        )
+        run_backend(data, protocols, device, precision, workers, subset=warm_subset)
     time_rows: list[dict[str, Any]] = []
     value_tables = []
     for group, names in protocol_groups(protocols).items():
