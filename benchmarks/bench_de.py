@@ -688,9 +688,6 @@ def profile_step(dataset: Any, seed: int) -> dict[str, float]:
     Uses package internals (the kernel, ``chunk_cells``), mirrored from
     ``Context._compute_group_stats``, ``GroupStats.from_chunk`` and ``Context._de``.
     """
-    import numba
-
-    from scperteval._kernels import csr_group_shifted_sums
     from scperteval.context import Context
     from scperteval.diffexp import adjust_pvalues, log_fold_change, welch_t_test
     from scperteval.layout import GroupLayout
@@ -709,9 +706,9 @@ def profile_step(dataset: Any, seed: int) -> dict[str, float]:
     context = Context(dataset, seed=seed)
     with PeakRSS() as mem:
         stats_time, _ = timed(lambda: context.group_stats)
-    n_chunks = math.ceil(dataset.n_cells / dataset.chunk_cells)
+    n_chunks = len(dataset.chunk_slices())
     note(
-        f"ctx.group_stats ({n_chunks} chunk(s) of <= {dataset.chunk_cells} cells, incl. layout)",
+        f"ctx.group_stats ({n_chunks} chunk(s), incl. layout)",
         stats_time,
         mem.increase,
     )
@@ -726,31 +723,6 @@ def profile_step(dataset: Any, seed: int) -> dict[str, float]:
         n_groups = layout.n_groups
         chunk_time, _ = timed(lambda: GroupStats.from_chunk(matrix, codes, n_groups))
         note("  GroupStats.from_chunk on all of X", chunk_time)
-        present, first = np.unique(codes, return_index=True)
-        shift = np.zeros((n_groups, matrix.shape[1]))
-        shift[present] = matrix[first].toarray()
-        n_blocks = max(1, min(numba.get_num_threads(), matrix.shape[0] // 4096))
-        kernel_time, _ = timed(
-            lambda: csr_group_shifted_sums(
-                matrix.indptr, matrix.indices, matrix.data, codes, shift, n_blocks
-            )
-        )
-        note(f"    numba kernel csr_group_shifted_sums alone ({n_blocks} block(s))", kernel_time)
-        order = np.argsort(codes, kind="stable")
-        sorted_matrix = matrix[order]
-        sorted_codes = codes[order]
-        sorted_time, _ = timed(
-            lambda: csr_group_shifted_sums(
-                sorted_matrix.indptr,
-                sorted_matrix.indices,
-                sorted_matrix.data,
-                sorted_codes,
-                shift,
-                n_blocks,
-            )
-        )
-        note("    what-if: same kernel, rows pre-sorted by group (sort not timed)", sorted_time)
-        del sorted_matrix
     de_total, _ = timed(lambda: context.de(method="t-test", reference="rest", half="all"))
     note("ctx.de() total (fresh, group_stats cached)", de_total)
     context2 = Context(dataset, seed=seed)

@@ -20,6 +20,9 @@ Conventions, chosen to match scanpy's ``rank_genes_groups``:
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +36,7 @@ from scperteval.stats import GroupStats
 __all__ = [
     "DEResult",
     "welch_t_test",
+    "two_sided_t_pvalues",
     "REFERENCES",
     "log_fold_change",
     "adjust_pvalues",
@@ -165,10 +169,61 @@ def welch_t_test(
         variance = term_target + term_reference
         statistic = (mean_target - mean_reference) / np.sqrt(variance)
         dof = variance**2 / (term_target**2 / (n_target - 1) + term_reference**2 / (n_ref - 1))
-        pvalue = 2.0 * special.stdtr(dof, -np.abs(statistic))
+        pvalue = two_sided_t_pvalues(dof, statistic)
     statistic = np.where(np.isnan(statistic), 0.0, statistic)
     pvalue = np.where(np.isnan(pvalue), np.where(np.isinf(statistic), 0.0, 1.0), pvalue)
     return statistic, pvalue
+
+
+#: Below this many values, one thread computes the p-values.
+PARALLEL_PVALUES = 1 << 18
+_PVALUE_THREADS = 2
+_pvalue_pool: list[Any] = []
+_pvalue_pool_lock = threading.Lock()
+
+
+def _pool() -> Any:
+    with _pvalue_pool_lock:
+        if not _pvalue_pool:
+            _pvalue_pool.append(
+                cf.ThreadPoolExecutor(_PVALUE_THREADS, thread_name_prefix="scperteval-pvalues")
+            )
+        return _pvalue_pool[0]
+
+
+def two_sided_t_pvalues(dof: np.ndarray, statistic: np.ndarray) -> np.ndarray:
+    """``2 P(T_dof <= -|t|)`` elementwise: the two-sided p-values of t statistics.
+
+    The Student t CDF (``scipy.special.stdtr``) costs far more than the
+    statistics themselves; large arrays are cut into row blocks computed by two
+    threads (the function releases the GIL), with the same value for every element.
+
+    Parameters
+    ----------
+    dof, statistic
+        Degrees of freedom and t statistics, broadcastable against each other.
+
+    Returns
+    -------
+    numpy.ndarray
+        The p-values (NaN where the inputs are NaN).
+
+    """
+    dof, statistic = np.broadcast_arrays(np.asarray(dof, dtype=float), statistic)
+    negative = -np.abs(statistic)
+    if negative.size < PARALLEL_PVALUES or negative.ndim == 0 or (os.cpu_count() or 1) < 2:
+        return 2.0 * special.stdtr(dof, negative)
+    out = np.empty(negative.shape)
+    bounds = np.linspace(0, negative.shape[0], _PVALUE_THREADS + 1).astype(int)
+
+    def block(start: int, stop: int) -> None:
+        special.stdtr(dof[start:stop], negative[start:stop], out=out[start:stop])
+        out[start:stop] *= 2.0
+
+    futures = [_pool().submit(block, a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    for future in futures:
+        future.result()
+    return out
 
 
 def welch_between(

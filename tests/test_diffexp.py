@@ -427,3 +427,21 @@ def test_context_deg_weights_follow_gene_names(_sim_adata):
         np.testing.assert_allclose(second.deg_weights()[k], raw / raw.sum(), rtol=1e-9, atol=1e-15)
         np.testing.assert_array_equal(second.deg_mask()[k], bh_by_hand(p) < 0.05)
     assert second.deg_mask().any()
+
+
+def test_pvalues_in_row_blocks_equal_one_call():
+    from scipy import special
+
+    from scperteval.diffexp import PARALLEL_PVALUES, two_sided_t_pvalues
+
+    rng = np.random.default_rng(4)
+    shape = (7, PARALLEL_PVALUES // 5)  # above the threshold: computed in two blocks
+    statistic = rng.normal(scale=4.0, size=shape)
+    dof = rng.uniform(1.5, 300.0, size=shape)
+    statistic[0, :3] = [np.nan, np.inf, 0.0]
+    expected = 2.0 * special.stdtr(dof, -np.abs(statistic))
+    got = two_sided_t_pvalues(dof, statistic)
+    np.testing.assert_array_equal(got, expected)
+    small = two_sided_t_pvalues(dof[:, :10], statistic[:, :10])
+    np.testing.assert_array_equal(small, expected[:, :10])
+    assert got[0, 1] == 0.0 and got[0, 2] == 1.0
