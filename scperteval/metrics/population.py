@@ -231,8 +231,8 @@ def _check_transforms(transforms: Sequence[PairTransform]) -> None:
 
 def _pair_tiles(
     x: Float64Array, y: Float64Array | None, want_root: bool, max_block_bytes: int
-) -> Iterator[tuple[Float64Array, Float64Array | None, npt.NDArray[np.bool_] | None]]:
-    """Yield ``(d2, root, lower)`` per tile of pairs, in a fixed order.
+) -> Iterator[tuple[Float64Array, Float64Array | None, npt.NDArray[np.bool_] | None, int]]:
+    """Yield ``(d2, root, lower, offset)`` per tile of pairs, in a fixed order.
 
     ``d2`` holds snapped squared distances, ``root`` their square roots (when
     ``want_root``), ``lower`` (within one cloud, on tiles crossing the diagonal) marks
@@ -240,6 +240,7 @@ def _pair_tiles(
     must be consumed before the next tile is asked for.
     """
     from scperteval._kernels import complete_distances, complete_squared_distances
+    from scperteval._rbf import NO_DIAGONAL
 
     within = y is None
     other = x if y is None else y
@@ -277,7 +278,9 @@ def _pair_tiles(
                     lower = np.greater_equal.outer(
                         np.arange(start, stop), np.arange(first, first + crossing)
                     )
-                yield d2, root, lower
+                # The same pairs as ``lower``, for the compiled kernels: j <= i + offset.
+                offset = start - first if lower is not None else NO_DIAGONAL
+                yield d2, root, lower, offset
 
 
 def _add_tile_sums(
@@ -285,19 +288,21 @@ def _add_tile_sums(
     d2: Float64Array,
     root: Float64Array | None,
     lower: npt.NDArray[np.bool_] | None,
+    offset: int,
     transforms: Sequence[PairTransform],
     work_buffer: Float64Array,
 ) -> None:
+    from scperteval._rbf import rbf_tile_sum
+
     for index, (kind, scale) in enumerate(transforms):
-        if kind == "sqrt" and root is not None:
+        if kind == "rbf":
+            totals[index] += rbf_tile_sum(d2, scale, offset)
+            continue
+        if root is not None:
             values = root
         else:
             values = work_buffer[: d2.size].reshape(d2.shape)
-            if kind == "sqrt":
-                np.sqrt(d2, out=values)
-            else:
-                np.multiply(d2, scale, out=values)
-                np.exp(values, out=values)
+            np.sqrt(d2, out=values)
         if lower is not None:
             np.copyto(values[:, : lower.shape[1]], 0.0, where=lower)
         totals[index] += float(values.sum())
@@ -341,8 +346,8 @@ def pair_sums(
     want_root = any(kind == "sqrt" for kind, _ in transforms)
     rows, columns = _tile_shape(x.shape[0], (x if y is None else y).shape[0], max_block_bytes)
     work_buffer = np.empty(rows * columns)
-    for d2, root, lower in _pair_tiles(x, y, want_root, max_block_bytes):
-        _add_tile_sums(totals, d2, root, lower, transforms, work_buffer)
+    for d2, root, lower, offset in _pair_tiles(x, y, want_root, max_block_bytes):
+        _add_tile_sums(totals, d2, root, lower, offset, transforms, work_buffer)
     return totals
 
 
@@ -365,7 +370,8 @@ class StoredPairs:
 
     def __init__(self, x: Float64Array, *, max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> None:
         self._tiles = [
-            (d2.copy(), lower) for d2, _, lower in _pair_tiles(x, None, False, max_block_bytes)
+            (d2.copy(), lower, offset)
+            for d2, _, lower, offset in _pair_tiles(x, None, False, max_block_bytes)
         ]
         rows, columns = _tile_shape(x.shape[0], x.shape[0], max_block_bytes)
         self._work_size = rows * columns
@@ -379,15 +385,15 @@ class StoredPairs:
     @property
     def nbytes(self) -> int:
         """Memory held by the stored distances."""
-        return sum(d2.nbytes for d2, _ in self._tiles)
+        return sum(d2.nbytes for d2, _, _ in self._tiles)
 
     def sums(self, transforms: Sequence[PairTransform]) -> list[float]:
         """Sums over the pairs ``i < j`` of each transform, as :func:`pair_sums` computes them."""
         _check_transforms(transforms)
         totals = [0.0] * len(transforms)
         work_buffer = np.empty(self._work_size)
-        for d2, lower in self._tiles:
-            _add_tile_sums(totals, d2, None, lower, transforms, work_buffer)
+        for d2, lower, offset in self._tiles:
+            _add_tile_sums(totals, d2, None, lower, offset, transforms, work_buffer)
         return totals
 
 
