@@ -12,7 +12,6 @@ expression matrix in row chunks so that files larger than memory work.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,14 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scperteval.errors import DatasetError
-from scperteval.ondisk import DiskCSR, on_disk, open_h5ad, read_rows
+from scperteval.matrix_io import (
+    csr_row_view,
+    is_dask,
+    matrix_only,
+    open_data,
+    read_matrix_rows,
+)
+from scperteval.ondisk import on_disk
 
 __all__ = ["Dataset", "Condition", "COMBINATION_SEPARATOR", "DEFAULT_CHUNK_CELLS"]
 
@@ -108,7 +114,7 @@ class Dataset:
     ) -> None:
         self.source = str(data) if isinstance(data, (str, os.PathLike)) else "AnnData"
         self.path = Path(data) if isinstance(data, (str, os.PathLike)) else None
-        self.adata, self._matrices_on_disk = _open(data, backed)
+        self.adata, self._matrices_on_disk = open_data(data, backed)
         self._disk_matrix: Any = None
         self.perturbation_key = perturbation_key
         self.control_label = str(control_label)
@@ -197,14 +203,14 @@ class Dataset:
             state["_disk_matrix"] = None
             state["_backed_file"] = str(self.path or self.adata.filename)
         else:
-            state["adata"] = _matrix_only(self.adata, self.layer)
+            state["adata"] = matrix_only(self.adata, self.layer)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         backed_file = state.pop("_backed_file", None)
         self.__dict__.update(state)
         if backed_file is not None:
-            self.adata, self._matrices_on_disk = _open(backed_file, backed=True)
+            self.adata, self._matrices_on_disk = open_data(backed_file, backed=True)
 
     # ---------------------------------------------------------------- reading
     def matrix(self) -> Any:
@@ -234,7 +240,7 @@ class Dataset:
         """
         size = int(chunk_cells or self.chunk_cells)
         matrix = self.matrix()
-        if size <= 0 and _is_dask(matrix):
+        if size <= 0 and is_dask(matrix):
             # Follow the array's own blocks so that each chunk reads whole blocks once.
             block_starts = np.cumsum((0, *matrix.chunks[0]))
             bounds = np.unique(np.searchsorted(self.cell_index, block_starts))
@@ -250,13 +256,13 @@ class Dataset:
         start, stop = positions.start, positions.stop
         matrix = self.matrix()
         whole = self.cell_index.shape[0] == self.adata.n_obs
-        if not self.is_backed and whole and not self.normalize and not _is_dask(matrix):
+        if not self.is_backed and whole and not self.normalize and not is_dask(matrix):
             # In-memory rows are views, not copies: the whole dense matrix, or CSR row ranges.
             if not sp.issparse(matrix) and start == 0 and stop >= self.n_cells:
                 return np.asarray(matrix)
             if sp.issparse(matrix) and matrix.format == "csr":
-                return _csr_row_view(matrix, start, stop)
-        block = _read_rows(matrix, self.cell_index[start:stop], max(stop - start, 1))
+                return csr_row_view(matrix, start, stop)
+        block = read_matrix_rows(matrix, self.cell_index[start:stop], max(stop - start, 1))
         return normalize_log1p(block) if self.normalize else block
 
     def iter_chunks(self, chunk_cells: int | None = None) -> Iterator[tuple[slice, Any]]:
@@ -283,7 +289,7 @@ class Dataset:
             unique, inverse = np.unique(positions, return_inverse=True)
             return self.rows(unique)[inverse]
         span = self.chunk_cells or DEFAULT_CHUNK_CELLS
-        block = _read_rows(self.matrix(), self.cell_index[positions], span)
+        block = read_matrix_rows(self.matrix(), self.cell_index[positions], span)
         return normalize_log1p(block) if self.normalize else block
 
     # ------------------------------------------------------------- validation
@@ -451,100 +457,6 @@ def normalize_log1p(block: Any, target_sum: float = 1e4) -> Any:
     totals = dense.sum(axis=1, keepdims=True)
     scale = np.divide(target_sum, totals, out=np.zeros_like(totals), where=totals > 0)
     return np.log1p(dense * scale)
-
-
-def _open(data: Any, backed: bool | str) -> tuple[Any, dict[str | None, Any] | None]:
-    """The AnnData, and the file's matrices left on disk when it is opened backed."""
-    import anndata
-
-    if isinstance(data, anndata.AnnData):
-        return data, None
-    if not isinstance(data, (str, os.PathLike)):
-        raise DatasetError(
-            f"expected an AnnData or a path to an .h5ad file, got {type(data).__name__}"
-        )
-    path = Path(data)
-    if not path.exists():
-        raise DatasetError(f"{path}: file not found")
-    if backed not in (True, False, "auto"):
-        raise DatasetError(f"backed must be True, False or 'auto', got {backed!r}")
-    if backed == "auto":
-        backed = path.stat().st_size > _available_memory() / 3
-    try:
-        if backed:
-            return open_h5ad(path)
-        return anndata.read_h5ad(path), None
-    except Exception as exc:  # noqa: BLE001 - any reader failure means unreadable input
-        raise DatasetError(f"{path}: cannot read as .h5ad ({type(exc).__name__}: {exc})") from None
-
-
-def _matrix_only(adata: Any, layer: str | None) -> Any:
-    import anndata
-
-    obs = pd.DataFrame(index=adata.obs_names)
-    var = pd.DataFrame(index=adata.var_names)
-    if layer is None:
-        return anndata.AnnData(X=adata.X, obs=obs, var=var)
-    return anndata.AnnData(obs=obs, var=var, layers={layer: adata.layers[layer]})
-
-
-def _available_memory() -> float:
-    try:
-        import psutil
-
-        return float(psutil.virtual_memory().available)
-    except ImportError:
-        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
-
-
-def _csr_row_view(matrix: sp.csr_matrix, start: int, stop: int) -> sp.csr_matrix:
-    begin, end = int(matrix.indptr[start]), int(matrix.indptr[stop])
-    return sp.csr_matrix(
-        (
-            matrix.data[begin:end],
-            matrix.indices[begin:end],
-            matrix.indptr[start : stop + 1] - begin,
-        ),
-        shape=(stop - start, matrix.shape[1]),
-        copy=False,
-    )
-
-
-def _as_rows(matrix: Any) -> Any:
-    if sp.issparse(matrix):
-        return matrix if matrix.format == "csr" else sp.csr_matrix(matrix)
-    return np.asarray(matrix)
-
-
-def _read_rows(matrix: Any, rows: np.ndarray, max_span: int) -> Any:
-    if rows.size == 0:
-        return sp.csr_matrix((0, matrix.shape[1]))
-    if isinstance(matrix, DiskCSR) or _is_h5py_dataset(matrix):
-        return _as_rows(read_rows(matrix, rows, max_span))
-    contiguous = rows[-1] - rows[0] + 1 == rows.size
-    if contiguous:
-        block = matrix[int(rows[0]) : int(rows[-1]) + 1]
-    else:
-        block = matrix[rows]
-    if hasattr(block, "to_memory"):
-        block = block.to_memory()
-    if _is_dask(block):
-        # Chunks are the unit of parallel work here: a nested scheduler would
-        # oversubscribe the worker (or send the block through a cluster client).
-        block = block.compute(scheduler="synchronous")
-    return _as_rows(block)
-
-
-def _is_dask(matrix: Any) -> bool:
-    # Only a dask array can come from an imported dask.array: no import needed to check.
-    module = sys.modules.get("dask.array")
-    return module is not None and isinstance(matrix, module.Array)
-
-
-def _is_h5py_dataset(matrix: Any) -> bool:
-    import h5py
-
-    return isinstance(matrix, h5py.Dataset)
 
 
 def _scan(values: np.ndarray) -> tuple[int, float, float, bool]:

@@ -1,0 +1,186 @@
+"""Reading expression matrices: in memory, from an ``.h5ad`` file, or a dask array.
+
+The helpers behind :class:`~scperteval.dataset.Dataset`: opening the input
+(:func:`open_data`, backed files through :mod:`scperteval.ondisk`), cutting row
+ranges and row selections out of whichever matrix type holds the data
+(:func:`read_matrix_rows`, :func:`csr_row_view`), and keeping only the matrix of
+an AnnData when it is shipped to another process (:func:`matrix_only`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from scperteval.errors import DatasetError
+from scperteval.ondisk import DiskCSR, open_h5ad, read_rows
+
+__all__ = [
+    "as_rows",
+    "available_memory",
+    "csr_row_view",
+    "is_dask",
+    "is_h5py_dataset",
+    "matrix_only",
+    "open_data",
+    "read_matrix_rows",
+]
+
+
+def open_data(data: Any, backed: bool | str) -> tuple[Any, dict[str | None, Any] | None]:
+    """The AnnData, and the file's matrices left on disk when it is opened backed.
+
+    Parameters
+    ----------
+    data
+        An AnnData (returned as is) or the path to an ``.h5ad`` file.
+    backed
+        ``True``: leave the matrices on disk; ``False``: read the file;
+        ``"auto"``: on disk when the file is over a third of the available memory.
+
+    Returns
+    -------
+    tuple
+        The AnnData and, when read backed, the stored matrices by layer name
+        (``None`` for ``X``); else ``None``.
+
+    Raises
+    ------
+    DatasetError
+        If the input is not an AnnData or a readable ``.h5ad`` file.
+
+    """
+    import anndata
+
+    if isinstance(data, anndata.AnnData):
+        return data, None
+    if not isinstance(data, (str, os.PathLike)):
+        raise DatasetError(
+            f"expected an AnnData or a path to an .h5ad file, got {type(data).__name__}"
+        )
+    path = Path(data)
+    if not path.exists():
+        raise DatasetError(f"{path}: file not found")
+    if backed not in (True, False, "auto"):
+        raise DatasetError(f"backed must be True, False or 'auto', got {backed!r}")
+    if backed == "auto":
+        backed = path.stat().st_size > available_memory() / 3
+    try:
+        if backed:
+            return open_h5ad(path)
+        return anndata.read_h5ad(path), None
+    except Exception as exc:  # noqa: BLE001 - any reader failure means unreadable input
+        raise DatasetError(f"{path}: cannot read as .h5ad ({type(exc).__name__}: {exc})") from None
+
+
+def matrix_only(adata: Any, layer: str | None) -> Any:
+    """An AnnData with ``adata``'s expression matrix (``X`` or ``layer``) and names only.
+
+    Parameters
+    ----------
+    adata
+        The full AnnData.
+    layer
+        The layer holding the expression, or ``None`` for ``X``.
+
+    Returns
+    -------
+    anndata.AnnData
+        No annotations beyond cell and gene names, no other layers.
+
+    """
+    import anndata
+
+    obs = pd.DataFrame(index=adata.obs_names)
+    var = pd.DataFrame(index=adata.var_names)
+    if layer is None:
+        return anndata.AnnData(X=adata.X, obs=obs, var=var)
+    return anndata.AnnData(obs=obs, var=var, layers={layer: adata.layers[layer]})
+
+
+def available_memory() -> float:
+    """Memory available to this process now, in bytes."""
+    try:
+        import psutil
+
+        return float(psutil.virtual_memory().available)
+    except ImportError:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+def csr_row_view(matrix: sp.csr_matrix, start: int, stop: int) -> sp.csr_matrix:
+    """Rows ``start:stop`` of a CSR matrix as a view of its arrays (no copy of the data)."""
+    begin, end = int(matrix.indptr[start]), int(matrix.indptr[stop])
+    return sp.csr_matrix(
+        (
+            matrix.data[begin:end],
+            matrix.indices[begin:end],
+            matrix.indptr[start : stop + 1] - begin,
+        ),
+        shape=(stop - start, matrix.shape[1]),
+        copy=False,
+    )
+
+
+def as_rows(matrix: Any) -> Any:
+    """``matrix`` as CSR when sparse, else as a NumPy array."""
+    if sp.issparse(matrix):
+        return matrix if matrix.format == "csr" else sp.csr_matrix(matrix)
+    return np.asarray(matrix)
+
+
+def read_matrix_rows(matrix: Any, rows: np.ndarray, max_span: int) -> Any:
+    """The given rows (ascending) of any supported matrix, in memory.
+
+    Parameters
+    ----------
+    matrix
+        A SciPy sparse matrix, NumPy array, dask array, or a matrix on disk
+        (:class:`~scperteval.ondisk.DiskCSR`, :class:`h5py.Dataset`).
+    rows
+        Sorted row indices.
+    max_span
+        Largest number of rows one read from disk may cover.
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix or numpy.ndarray
+        The rows, in order.
+
+    """
+    if rows.size == 0:
+        return sp.csr_matrix((0, matrix.shape[1]))
+    if isinstance(matrix, DiskCSR) or is_h5py_dataset(matrix):
+        return as_rows(read_rows(matrix, rows, max_span))
+    contiguous = rows[-1] - rows[0] + 1 == rows.size
+    if contiguous:
+        block = matrix[int(rows[0]) : int(rows[-1]) + 1]
+    else:
+        block = matrix[rows]
+    if hasattr(block, "to_memory"):
+        block = block.to_memory()
+    if is_dask(block):
+        # Chunks are the unit of parallel work here: a nested scheduler would
+        # oversubscribe the worker (or send the block through a cluster client).
+        block = block.compute(scheduler="synchronous")
+    return as_rows(block)
+
+
+def is_dask(matrix: Any) -> bool:
+    """Whether ``matrix`` is a dask array (without importing dask)."""
+    # Only a dask array can come from an imported dask.array: no import needed to check.
+    module = sys.modules.get("dask.array")
+    return module is not None and isinstance(matrix, module.Array)
+
+
+def is_h5py_dataset(matrix: Any) -> bool:
+    """Whether ``matrix`` is a dataset in an open HDF5 file."""
+    import h5py
+
+    return isinstance(matrix, h5py.Dataset)
