@@ -711,12 +711,15 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
 
+    def prediction_for(dataset: str) -> Path:
+        key = "condition" if dataset == "norman" else "perturbation"
+        return ensure_prediction(files[dataset], workdir, key)
+
     scored: dict[str, tuple[Run, Run]] = {}
     for dataset in dict.fromkeys(score_sets + agreement_sets):
         ours_options, reference_options = dataset_options(dataset, args.min_cells)
         data = files[dataset]
-        key = "condition" if dataset == "norman" else "perturbation"
-        prediction = ensure_prediction(data, workdir, key)
+        prediction = prediction_for(dataset)
         our_out = runs_dir / f"ours_{dataset}_score"
         ours = our_command(
             ["score", str(data), "--pred", f"mean={prediction}", "-p", "all", "--truth", "all"]
@@ -761,8 +764,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         ours_options, _ = dataset_options(dataset, args.min_cells)
         data = files[dataset]
-        key = "condition" if dataset == "norman" else "perturbation"
-        prediction = ensure_prediction(data, workdir, key)
+        prediction = prediction_for(dataset)
         aligned_out = runs_dir / f"ours_{dataset}_score_aligned"
         aligned = our_command(
             ["score", str(data), "--pred", f"mean={prediction}", "-p", str(suite)]
