@@ -5,9 +5,11 @@ import pytest
 from scipy import sparse
 from scipy.spatial.distance import pdist
 
+from scperteval._sinkhorn import temperature_schedule
 from scperteval.errors import MissingExtraError
 from scperteval.metrics import (
     DegenerateInput,
+    PerturbationContext,
     distance_sum,
     energy_distance,
     energy_distance_from_sums,
@@ -254,20 +256,53 @@ def test_mmd_bandwidth_from_pooled_sample():
 # ------------------------------------------------------------------------- Sinkhorn
 
 
-def test_sinkhorn_matches_geomloss():
+def _geomloss_sinkhorn(x, y, blur=0.05, scaling=0.9):
     torch = pytest.importorskip("torch")
     geomloss = pytest.importorskip("geomloss")
-    x, y = clouds(15, n=30, m=25)
-    loss = geomloss.SamplesLoss("sinkhorn", p=2, blur=0.05, scaling=0.9, debias=True)
-    expected = np.sqrt(2.0 * loss(torch.from_numpy(x), torch.from_numpy(y)).item())
-    assert sinkhorn(x, y) == pytest.approx(expected, rel=1e-8)
-    loss = geomloss.SamplesLoss("sinkhorn", p=2, blur=0.2, scaling=0.5, debias=True)
-    expected = np.sqrt(2.0 * loss(torch.from_numpy(x), torch.from_numpy(y)).item())
-    assert sinkhorn(x, y, blur=0.2, scaling=0.5) == pytest.approx(expected, rel=1e-8)
+    loss = geomloss.SamplesLoss("sinkhorn", p=2, blur=blur, scaling=scaling, debias=True)
+    with torch.no_grad():
+        divergence = loss(torch.from_numpy(x), torch.from_numpy(y)).item()
+    return np.sqrt(2.0 * max(divergence, 0.0))
+
+
+@pytest.mark.parametrize(
+    ("n", "m", "dim", "blur", "scaling"),
+    [
+        (30, 25, 10, 0.05, 0.9),
+        (30, 25, 10, 0.2, 0.5),
+        (120, 80, 50, 0.05, 0.9),
+        (7, 1, 3, 0.05, 0.9),
+        (1, 1, 4, 0.05, 0.5),
+        (60, 60, 5, 0.01, 0.8),
+    ],
+)
+def test_sinkhorn_matches_geomloss(n, m, dim, blur, scaling):
+    x, y = clouds(15, n=n, m=m, dim=dim)
+    expected = _geomloss_sinkhorn(x, y, blur, scaling)
+    # Same algorithm without torch: equal to rounding.
+    assert sinkhorn(x, y, blur=blur, scaling=scaling) == pytest.approx(expected, rel=1e-12)
+    on_torch = sinkhorn(x, y, PerturbationContext("p", device="cpu"), blur=blur, scaling=scaling)
+    assert on_torch == pytest.approx(expected, rel=1e-12)
+
+
+def test_sinkhorn_far_from_origin_and_tight_clouds():
+    rng = np.random.default_rng(3)
+    x = 1000.0 + rng.normal(size=(40, 6))
+    y = 1000.5 + 0.01 * rng.normal(size=(30, 6))
+    assert sinkhorn(x, y) == pytest.approx(_geomloss_sinkhorn(x, y), rel=1e-10)
+
+
+def test_temperature_schedule():
+    schedule = temperature_schedule(diameter=10.0, blur=0.05, scaling=0.5)
+    assert schedule[0] == 100.0
+    assert schedule[-1] == pytest.approx(0.0025)
+    ratios = np.array(schedule[2:-1]) / np.array(schedule[1:-2])
+    np.testing.assert_allclose(ratios, 0.25, rtol=1e-12)
+    assert schedule[-2] > 0.0025 >= schedule[-2] * 0.25
+    assert len(temperature_schedule(10.0, 0.05, 0.9)) > len(schedule)
 
 
 def test_sinkhorn_exact_cases():
-    pytest.importorskip("geomloss")
     x, _ = clouds(16, n=20, dim=3)
     shift = np.array([1.0, -2.0, 0.5])
     # Debiasing makes a translation cost exactly ||shift||^2 / 2.
@@ -289,7 +324,11 @@ def test_sinkhorn_invalid_inputs():
 
 
 def test_sinkhorn_without_geomloss(monkeypatch):
-    monkeypatch.setitem(sys.modules, "geomloss", None)
     x, y = clouds(18)
+    expected = sinkhorn(x, y)
+    monkeypatch.setitem(sys.modules, "geomloss", None)
+    assert sinkhorn(x, y) == expected  # the CPU solver needs neither torch nor geomloss
     with pytest.raises(MissingExtraError, match=r"scperteval\[ot\]"):
-        sinkhorn(x, y)
+        sinkhorn(x, y, backend="online")
+    with pytest.raises(MissingExtraError, match=r"scperteval\[ot\]"):
+        sinkhorn(x, y, PerturbationContext("p", device="cpu"))

@@ -23,7 +23,7 @@ from scperteval.engine.fastpath import plan_population, population_value
 from scperteval.engine.protocol import Protocol
 from scperteval.engine.spaces import resolve_space
 from scperteval.engine.views import centering_vector, make_view
-from scperteval.metrics import population
+from scperteval.metrics import PerturbationContext, population
 from scperteval.metrics.population import (
     SQRT,
     StoredPairs,
@@ -101,7 +101,8 @@ def test_sinkhorn_restores_torch_threads():
     torch = pytest.importorskip("torch")
     pytest.importorskip("geomloss")
     before = torch.get_num_threads()
-    population.sinkhorn(cloud(0, 12), cloud(1, 10))
+    context = PerturbationContext("p", device="cpu")
+    population.sinkhorn(cloud(0, 12), cloud(1, 10), context)
     assert torch.get_num_threads() == before
 
 

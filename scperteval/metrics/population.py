@@ -844,12 +844,11 @@ def mmd(
 
 @METRICS.register(
     "sinkhorn",
-    description="debiased Sinkhorn estimate of the 2-Wasserstein distance (geomloss)",
+    description="debiased Sinkhorn estimate of the 2-Wasserstein distance",
     representation="population",
     scope="perturbation",
     better="lower",
     perfect=0.0,
-    extra="ot",
 )
 def sinkhorn(
     gt: npt.ArrayLike,
@@ -862,9 +861,13 @@ def sinkhorn(
 ) -> float:
     """Debiased Sinkhorn estimate of the 2-Wasserstein distance, ``sqrt(2 S_eps)``.
 
-    ``S_eps`` is geomloss's debiased Sinkhorn divergence
+    ``S_eps`` is the debiased Sinkhorn divergence
     ``OT_eps(a, b) - (OT_eps(a, a) + OT_eps(b, b)) / 2`` between the uniform empirical
-    measures, computed by ``SamplesLoss("sinkhorn", p=2, debias=True)`` in float64.
+    measures as geomloss's ``SamplesLoss("sinkhorn", p=2, debias=True)`` defines and
+    computes it (epsilon-scaling annealing, symmetric updates), in float64. On the
+    CPU it is solved by :func:`scperteval._sinkhorn.debiased_sinkhorn`, the same
+    algorithm compiled without torch (equal to geomloss to rounding, tested); with a
+    torch device in ``ctx``, or another ``backend``, by geomloss itself.
     Its ground cost is ``||x - y||^2 / 2``, hence the factor 2: the result is in the
     units of a Euclidean distance and tends to W2 as ``blur`` goes to 0. For two
     samples that differ by a translation ``t`` it equals ``||t||`` exactly.
@@ -883,22 +886,23 @@ def sinkhorn(
         Ratio of successive blurs in geomloss's annealing, in (0, 1); 0.9 is more
         accurate than geomloss's default 0.5 at a few times the iterations.
     backend
-        geomloss backend. ``"tensorized"`` (default) holds the ``n x m`` cost matrix in
-        memory and needs nothing beyond torch; ``"online"`` and ``"multiscale"`` need
-        pykeops.
+        ``"tensorized"`` (default) holds the ``n x m`` cost matrices in memory: on the
+        CPU without torch, on a torch device with geomloss. ``"online"`` and
+        ``"multiscale"`` are geomloss's (they need torch, geomloss and pykeops).
 
     Returns
     -------
     float
         In [0, inf); lower is better, 0 is perfect. When every cell of both samples
-        coincides, the result is 0 without calling geomloss (its annealing schedule
+        coincides, the result is 0 without solving anything (the annealing schedule
         starts from the samples' diameter and fails on a diameter of 0). A divergence
         that is negative by rounding is reported as 0.
 
     Raises
     ------
     MissingExtraError
-        If torch or geomloss (the ``ot`` extra) is not installed.
+        If a torch device or a geomloss-only ``backend`` is asked for and torch or
+        geomloss (the ``ot`` extra) is not installed.
     DegenerateInput
         If either population has no cells or the input has non-finite values.
     ValueError
@@ -907,12 +911,9 @@ def sinkhorn(
 
     Notes
     -----
-    geomloss runs a few hundred small tensor operations per call; torch runs them on
-    one thread here (restored afterwards), as waking a pool of threads for each of
-    them is slower than the work itself, by far on a busy machine. Operations of the
-    usual sizes are too small to be split between threads, so the value is the one a
-    pool would give; for large samples one thread also keeps it independent of the
-    machine's thread count.
+    geomloss runs a few hundred small tensor operations per call; on the CPU torch
+    runs them on one thread here (restored afterwards), as waking a pool of threads
+    for each of them is slower than the work itself, by far on a busy machine.
 
     """
     if not (math.isfinite(blur) and blur > 0):
@@ -921,19 +922,25 @@ def sinkhorn(
         raise ValueError(f"scaling must lie in (0, 1), got {scaling!r}")
     x, y = _cloud_pair(gt, pred)
     _check_sizes(x.shape[0], y.shape[0], unbiased=False)
-    try:
-        import torch
-        from geomloss import SamplesLoss
-    except ImportError:
-        raise MissingExtraError("Sinkhorn distance", "ot", "geomloss") from None
+    device = None if ctx is None else ctx.device
+    if backend != "tensorized" or device is not None:
+        try:
+            import torch
+            from geomloss import SamplesLoss
+        except ImportError:
+            raise MissingExtraError("Sinkhorn distance", "ot", "geomloss") from None
     x, y = _centred(x, y)
     pooled_range = np.maximum(x.max(axis=0), y.max(axis=0)) - np.minimum(
         x.min(axis=0), y.min(axis=0)
     )
     if not pooled_range.any():
         return 0.0
+    if backend == "tensorized" and device is None:
+        from scperteval._sinkhorn import debiased_sinkhorn
+
+        divergence = debiased_sinkhorn(x, y, blur, scaling)
+        return math.sqrt(2.0 * max(divergence, 0.0))
     loss = SamplesLoss("sinkhorn", p=2, blur=blur, scaling=scaling, debias=True, backend=backend)
-    device = None if ctx is None else ctx.device
     if device is not None and torch.device(device).type != "cpu":
         with torch.no_grad():
             divergence = float(
