@@ -92,11 +92,16 @@ class Context:
         return "group_stats" in self._memo
 
     def _compute_group_stats(self) -> GroupStats:
-        total = GroupStats.empty(self.layout.n_groups, self.dataset.n_genes)
+        total: GroupStats | None = None
         for positions, block in self.dataset.iter_chunks():
-            total = total.combine(self._summarise(positions, block))
+            chunk = self._summarise(positions, block)
+            # Combining with the empty statistics changes no value; skipping it
+            # spares several full-size temporaries when there is one chunk.
+            total = chunk if total is None else total.combine(chunk)
             if self.progress is not None:
                 self.progress(positions.stop, self.dataset.n_cells)
+        if total is None:
+            return GroupStats.empty(self.layout.n_groups, self.dataset.n_genes)
         return total
 
     def _summarise(self, positions: slice, block: Any) -> GroupStats:

@@ -247,10 +247,55 @@ def log_fold_change(mean_target: np.ndarray, mean_reference: np.ndarray) -> np.n
 
 
 def adjust_pvalues(pvalues: np.ndarray) -> np.ndarray:
-    """Benjamini-Hochberg adjusted p-values across genes (last axis)."""
+    """Benjamini-Hochberg adjusted p-values across genes (last axis).
+
+    Identical values to ``scipy.stats.false_discovery_control(pvalues, axis=-1,
+    method="bh")``, computed by one sort per row and a compiled pass; large
+    arrays are cut into row blocks computed by two threads (sorting and the pass
+    release the GIL).
+
+    Parameters
+    ----------
+    pvalues
+        P-values in ``[0, 1]``, one family of tests along the last axis.
+
+    Returns
+    -------
+    numpy.ndarray
+        Adjusted p-values, same shape.
+
+    Raises
+    ------
+    ValueError
+        If a p-value lies outside ``[0, 1]`` or is NaN (as scipy).
+
+    """
+    pvalues = np.asarray(pvalues)
     if pvalues.size == 0:
         return pvalues.copy()
-    return np.asarray(stats.false_discovery_control(pvalues, axis=-1, method="bh"))
+    if pvalues.dtype != np.float64 or pvalues.ndim == 0 or pvalues.shape[-1] <= 1:
+        # Other dtypes change scipy's arithmetic; single tests are returned as given.
+        return np.asarray(stats.false_discovery_control(pvalues, axis=-1, method="bh"))
+    from scperteval._kernels import benjamini_hochberg_rows
+
+    rows = np.ascontiguousarray(pvalues).reshape(-1, pvalues.shape[-1])
+    out = np.empty(rows.shape)
+
+    def block(start: int, stop: int) -> bool:
+        order = np.argsort(rows[start:stop], axis=-1)
+        return bool(benjamini_hochberg_rows(rows[start:stop], order, out[start:stop]))
+
+    if rows.size < PARALLEL_PVALUES or rows.shape[0] < 2 or (os.cpu_count() or 1) < 2:
+        in_range = block(0, rows.shape[0])
+    else:
+        bounds = np.linspace(0, rows.shape[0], _PVALUE_THREADS + 1).astype(int)
+        futures = [
+            _pool().submit(block, a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
+        in_range = all([future.result() for future in futures])
+    if not in_range:
+        raise ValueError("`ps` must include only numbers between 0 and 1.")
+    return out.reshape(pvalues.shape)
 
 
 def _reindex_by_name(frame: pd.DataFrame, genes: Any) -> pd.DataFrame:

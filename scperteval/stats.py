@@ -101,14 +101,19 @@ class GroupStats:
         if codes.shape[0] != matrix.shape[0]:
             raise ValueError(f"{codes.shape[0]} group codes for {matrix.shape[0]} rows")
         keep = codes >= 0
-        if not keep.all():
-            rows = np.flatnonzero(keep)
-            matrix = matrix[rows]
-            codes = codes[rows]
-        counts = np.bincount(codes, minlength=n_groups).astype(np.float64)
+        all_kept = bool(keep.all())
+        counts = np.bincount(codes if all_kept else codes[keep], minlength=n_groups).astype(
+            np.float64
+        )
         if sp.issparse(matrix):
-            mean, m2 = _sparse_moments(sp.csr_matrix(matrix), codes, counts, n_groups)
+            # The kernel reads only the rows of the groups: ignored rows need no copy.
+            csr = matrix if matrix.format == "csr" else matrix.tocsr()
+            mean, m2 = _sparse_moments(csr, codes, counts, n_groups)
         else:
+            if not all_kept:
+                rows = np.flatnonzero(keep)
+                matrix = np.asarray(matrix)[rows]
+                codes = codes[rows]
             mean, m2 = _dense_moments(np.asarray(matrix), codes, counts, n_groups)
         return cls(n=counts, mean=mean, m2=m2)
 
@@ -149,21 +154,32 @@ class GroupStats:
 
 
 def _sparse_moments(
-    matrix: sp.csr_matrix, codes: np.ndarray, counts: np.ndarray, n_groups: int
+    matrix: Any, codes: np.ndarray, counts: np.ndarray, n_groups: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    from scperteval._kernels import csr_group_moments
+    from scperteval._kernels import balanced_group_ranges, csr_group_moments
 
-    if not matrix.has_canonical_format:
+    # Visiting rows group by group keeps each group's accumulators in cache and
+    # lets one thread own a group. Rows with negative codes sort first and belong
+    # to no group.
+    order = np.argsort(codes, kind="stable")
+    group_starts = np.empty(n_groups + 1, dtype=np.int64)
+    group_starts[0] = codes.shape[0] - int(counts.sum())
+    np.cumsum(counts.astype(np.int64), out=group_starts[1:])
+    group_starts[1:] += group_starts[0]
+    n_features = int(matrix.shape[1])
+    workers = balanced_group_ranges(matrix.indptr, order, group_starts, n_features)
+    mean, m2, canonical = csr_group_moments(
+        matrix.indptr, matrix.indices, matrix.data, order, group_starts, n_features, workers
+    )
+    if not canonical:
+        # Unsorted or duplicate column indices: the kernel checks this for free as
+        # it reads, which spares a full pass over the indices in the usual case.
         matrix = matrix.copy()
         matrix.sum_duplicates()
-    # Visiting rows group by group keeps each group's accumulators in cache and
-    # lets one thread own a group: an exact two-pass mean and sum of squares.
-    order = np.argsort(codes, kind="stable")
-    group_starts = np.zeros(n_groups + 1, dtype=np.int64)
-    np.cumsum(counts.astype(np.int64), out=group_starts[1:])
-    return csr_group_moments(  # type: ignore[no-any-return]
-        matrix.indptr, matrix.indices, matrix.data, order, group_starts, int(matrix.shape[1])
-    )
+        mean, m2, canonical = csr_group_moments(
+            matrix.indptr, matrix.indices, matrix.data, order, group_starts, n_features, workers
+        )
+    return mean, m2
 
 
 def _dense_moments(

@@ -289,3 +289,91 @@ def test_cancellation_subtract_group_at_its_precision(fmt):
         others = (codes <= 2) & (codes != g)
         np.testing.assert_allclose(rest.variance()[0], two_pass_var(values[others]), rtol=1e-9)
         np.testing.assert_allclose(rest.mean[0], values[others].mean(axis=0), rtol=1e-13)
+
+
+# ------------------------------------------------------ one-pass sparse moments
+def dense_two_pass(values: np.ndarray, codes: np.ndarray, n_groups: int):
+    """Per-group mean and centred sum of squares, two passes with numpy."""
+    mean = np.zeros((n_groups, values.shape[1]))
+    m2 = np.zeros((n_groups, values.shape[1]))
+    for g in range(n_groups):
+        rows = values[codes == g]
+        if rows.shape[0]:
+            mean[g] = rows.mean(axis=0)
+            m2[g] = ((rows - mean[g]) ** 2).sum(axis=0)
+    return mean, m2
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sparse_near_constant_groups_match_two_pass(dtype):
+    """Groups whose values barely vary, where ``sumsq - sum**2 / n`` cancels."""
+    rng = np.random.default_rng(21)
+    n_rows, n_groups = 600, 6
+    codes = rng.integers(0, n_groups, n_rows)
+    values = random_matrix(rng, n_rows, 8)
+    values[:, 0] = 1000.0 + rng.normal(0.0, 1e-3, n_rows)  # 1000 + tiny offsets
+    values[:, 1] = 1000.0  # every cell equal: variance exactly 0
+    values[:, 2] = 1e6 + rng.integers(0, 3, n_rows)  # large offset, small integer spread
+    values[codes == 2, 3] = 7.25  # constant within one group, zero elsewhere
+    values = values.astype(dtype).astype(np.float64)
+    stats = GroupStats.from_chunk(sp.csr_matrix(values.astype(dtype)), codes, n_groups)
+    mean, m2 = dense_two_pass(values, codes, n_groups)
+    np.testing.assert_allclose(stats.mean, mean, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(stats.m2, m2, rtol=1e-12, atol=0)
+    np.testing.assert_array_equal(stats.m2[:, 1], 0.0)
+    np.testing.assert_array_equal(stats.mean[:, 1], 1000.0)
+    assert stats.m2[2, 3] == 0.0
+    # Where the plain one-pass formula would fail: it loses every digit of column 0.
+    sumsq = np.array([np.sum(values[codes == g, 0] ** 2) for g in range(n_groups)])
+    total = np.array([np.sum(values[codes == g, 0]) for g in range(n_groups)])
+    naive = sumsq - total**2 / np.bincount(codes, minlength=n_groups)
+    assert np.max(np.abs(naive - m2[:, 0]) / m2[:, 0]) > 1e-6
+
+
+def test_sparse_one_pass_matches_dense_two_pass():
+    rng = np.random.default_rng(22)
+    n_rows, n_groups = 3000, 9
+    codes = rng.integers(-1, n_groups, n_rows)
+    values = random_matrix(rng, n_rows, 40, density=0.3)
+    values[:, :10] += 5.0 * (values[:, :10] > 0)  # high means next to zeros
+    values[:, 10:20] = 3.0 + rng.normal(0.0, 0.01, (n_rows, 10))  # dense, near-constant
+    values = values.astype(np.float32)
+    stats = GroupStats.from_chunk(sp.csr_matrix(values), codes, n_groups + 1)
+    kept = codes >= 0
+    mean, m2 = dense_two_pass(values[kept].astype(np.float64), codes[kept], n_groups + 1)
+    np.testing.assert_array_equal(stats.n, np.bincount(codes[kept], minlength=n_groups + 1))
+    np.testing.assert_allclose(stats.mean, mean, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(stats.m2, m2, rtol=1e-12, atol=0)
+    np.testing.assert_array_equal(stats.m2[n_groups], 0.0)  # the empty group
+
+
+@pytest.mark.parametrize("layout", ["unsorted", "duplicates"])
+def test_sparse_non_canonical_indices(layout):
+    rng = np.random.default_rng(23)
+    values = random_matrix(rng, 50, 6)
+    codes = rng.integers(0, 3, 50)
+    matrix = sp.csr_matrix(values)
+    if layout == "unsorted":
+        for row in range(matrix.shape[0]):
+            span = slice(matrix.indptr[row], matrix.indptr[row + 1])
+            matrix.indices[span] = matrix.indices[span][::-1]
+            matrix.data[span] = matrix.data[span][::-1]
+        matrix.has_sorted_indices = False
+    else:
+        # Every stored value split in two entries of the same cell.
+        starts, stops = matrix.indptr[:-1], matrix.indptr[1:]
+        indices = np.concatenate(
+            [np.tile(matrix.indices[a:b], 2) for a, b in zip(starts, stops, strict=True)]
+        )
+        data = np.concatenate(
+            [
+                np.concatenate([matrix.data[a:b] * 0.25, matrix.data[a:b] * 0.75])
+                for a, b in zip(starts, stops, strict=True)
+            ]
+        )
+        matrix = sp.csr_matrix((data, indices, 2 * matrix.indptr), shape=matrix.shape)
+        assert not matrix.has_canonical_format
+    stats = GroupStats.from_chunk(matrix, codes, 3)
+    mean, m2 = dense_two_pass(values, codes, 3)
+    np.testing.assert_allclose(stats.mean, mean, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(stats.m2, m2, rtol=1e-12, atol=1e-13)
