@@ -22,13 +22,14 @@ from typing import Any
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
+from scipy.linalg import blas
 
 __all__ = ["principal_axes"]
 
 #: Below this many genes (or cells), a dense SVD is as fast as the Gram route.
 SMALL_SIDE = 1000
 #: Memory bound for one dense block of the centred sample.
-BLOCK_BYTES = 64 * 2**20
+BLOCK_BYTES = 16 * 2**20
 # Eigenvalues below this fraction of the largest count as zero (rank deficiency).
 _RANK_RTOL = 1e-10
 
@@ -62,6 +63,21 @@ def _svd_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray:
     return np.ascontiguousarray(vt[:k].T)
 
 
+def _add_outer_products(gram: np.ndarray, factor: np.ndarray, transposed: bool) -> None:
+    """``gram += factor @ factor.T`` (``factor.T @ factor`` if ``transposed``), lower half.
+
+    BLAS's symmetric rank-k update writes into the Fortran-ordered ``gram`` in
+    place: no second matrix of its size, and half the products of a full one.
+    ``factor`` is Fortran-ordered (a transposed C-ordered block), so it is not
+    copied either.
+    """
+    updated = blas.dsyrk(
+        1.0, factor, beta=1.0, c=gram, trans=int(transposed), lower=1, overwrite_c=1
+    )
+    if not np.shares_memory(updated, gram):
+        gram[...] = updated
+
+
 def _top_eigenvectors(gram: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
     """Top ``k`` eigenpairs, largest first; ``None`` if the top ``k`` include zeros."""
     size = gram.shape[0]
@@ -76,11 +92,11 @@ def _top_eigenvectors(gram: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]
 
 def _gene_gram_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray | None:
     n_cells, n_genes = sample.shape
-    gram = np.zeros((n_genes, n_genes))
+    gram = np.zeros((n_genes, n_genes), order="F")
     rows = max(1, BLOCK_BYTES // (8 * n_genes))
     for start in range(0, n_cells, rows):
         block = _dense_rows(sample, start, min(start + rows, n_cells), offset)
-        gram += block.T @ block
+        _add_outer_products(gram, block.T, transposed=False)
     top = _top_eigenvectors(gram, k)
     return None if top is None else np.ascontiguousarray(top[1])
 
@@ -89,10 +105,10 @@ def _cell_gram_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray | Non
     n_cells, n_genes = sample.shape
     columns = max(1, BLOCK_BYTES // (8 * n_cells))
     by_columns = sample.tocsc() if sp.issparse(sample) else sample
-    gram = np.zeros((n_cells, n_cells))
+    gram = np.zeros((n_cells, n_cells), order="F")
     for start in range(0, n_genes, columns):
         block = _dense_columns(by_columns, start, min(start + columns, n_genes), offset)
-        gram += block @ block.T
+        _add_outer_products(gram, block.T, transposed=True)
     top = _top_eigenvectors(gram, k)
     if top is None:
         return None
