@@ -36,9 +36,17 @@ _RANK_RTOL = 1e-10
 
 def _column_means(sample: Any) -> np.ndarray:
     if sp.issparse(sample):
-        # Summed in float64: scipy accumulates in the matrix's own dtype otherwise.
-        totals = sample.astype(np.float64).sum(axis=0)
-        return np.asarray(totals).ravel() / sample.shape[0]
+        # Summed in float64 (scipy accumulates in the matrix's own dtype otherwise),
+        # converting one block of rows at a time rather than the whole sample.
+        n_cells, n_genes = sample.shape
+        sample = sample.tocsr()
+        average_row_bytes = 8 * max(1, sample.nnz // max(1, n_cells))
+        rows = max(1, BLOCK_BYTES // average_row_bytes)
+        totals = np.zeros(n_genes)
+        for start in range(0, n_cells, rows):
+            block = sample[start : start + rows]
+            totals += np.bincount(block.indices, weights=block.data, minlength=n_genes)
+        return totals / n_cells
     return np.asarray(sample, dtype=np.float64).mean(axis=0)
 
 

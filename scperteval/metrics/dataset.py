@@ -51,7 +51,7 @@ Distance = Literal["sqeuclidean", "l1", "cosine"]
 _DISTANCES = ("sqeuclidean", "l1", "cosine")
 
 # Memory bound, in bytes, for the broadcast block of the L1 distance.
-_L1_BLOCK_BYTES = 64 * 2**20
+_L1_BLOCK_BYTES = 16 * 2**20
 
 
 # ------------------------------------------------------------------------- distances
@@ -100,7 +100,8 @@ def _distances_of_unique(
     out = np.empty((n_pred, n_truth))
     for start in range(0, n_pred, rows):
         stop = start + rows
-        diff = np.abs(pred[start:stop, None, :] - truth[None, :, :])
+        diff = pred[start:stop, None, :] - truth[None, :, :]
+        np.abs(diff, out=diff)
         if keep is not None:
             diff *= keep[start:stop, None, :]
         out[start:stop] = diff.sum(axis=2)
