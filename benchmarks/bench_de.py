@@ -740,7 +740,7 @@ def profile_step(dataset: Any, seed: int) -> dict[str, float]:
     )
     note("  welch_t_test", t)
     t, _ = timed(lambda: adjust_pvalues(pvalue))
-    note("  adjust_pvalues (BH, scipy false_discovery_control)", t)
+    note("  adjust_pvalues (BH, equal to scipy false_discovery_control)", t)
     t, _ = timed(lambda: log_fold_change(target.mean, ref.mean))
     note("  log_fold_change", t)
     return parts
