@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import special, stats
+from scipy import special
 
 from scperteval.dataset import Condition
 from scperteval.stats import GroupStats
@@ -275,6 +275,8 @@ def adjust_pvalues(pvalues: np.ndarray) -> np.ndarray:
         return pvalues.copy()
     if pvalues.dtype != np.float64 or pvalues.ndim == 0 or pvalues.shape[-1] <= 1:
         # Other dtypes change scipy's arithmetic; single tests are returned as given.
+        from scipy import stats
+
         return np.asarray(stats.false_discovery_control(pvalues, axis=-1, method="bh"))
     from scperteval._kernels import benjamini_hochberg_rows
 

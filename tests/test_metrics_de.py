@@ -111,3 +111,19 @@ def test_deview_checks_shapes():
         DEView(statistic=np.zeros(3), pvalue_adj=np.zeros(4))
     with pytest.raises(ValueError, match="one-dimensional"):
         DEView(statistic=np.zeros((2, 2)), pvalue_adj=np.zeros((2, 2)))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ranks_equal_scipy_rankdata(seed):
+    from scipy.stats import rankdata
+
+    from scperteval.metrics.de import average_ranks, dense_ranks
+
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 6, size=40).astype(float)
+    values[:3] = np.inf
+    np.testing.assert_array_equal(dense_ranks(values), rankdata(values, method="dense"))
+    np.testing.assert_array_equal(average_ranks(values), rankdata(values, method="average"))
+    distinct = rng.normal(size=25)
+    np.testing.assert_array_equal(average_ranks(distinct), rankdata(distinct))
+    assert average_ranks(np.array([])).size == 0

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.stats import rankdata
 
 from scperteval.metrics._common import DegenerateInput
 from scperteval.metrics._registry import METRICS
@@ -75,6 +74,48 @@ def _evidence(view: DEView) -> Float64Array:
     return np.nan_to_num(np.abs(view.statistic), nan=0.0, posinf=np.inf)
 
 
+def dense_ranks(values: npt.ArrayLike) -> Float64Array:
+    """Ranks 1, 2, ... of the distinct values, ties sharing one (``rankdata`` "dense").
+
+    Parameters
+    ----------
+    values
+        One-dimensional, without NaN.
+
+    Returns
+    -------
+    numpy.ndarray
+        Float64 ranks, same length.
+
+    """
+    _, inverse = np.unique(np.asarray(values), return_inverse=True)
+    return inverse.reshape(-1).astype(np.float64) + 1.0
+
+
+def average_ranks(values: npt.ArrayLike) -> Float64Array:
+    """Ranks from 1, ties given the mean of the positions they span (``rankdata`` "average").
+
+    Parameters
+    ----------
+    values
+        One-dimensional, without NaN.
+
+    Returns
+    -------
+    numpy.ndarray
+        Float64 ranks, same length; every value is a multiple of 0.5, so exact.
+
+    """
+    values = np.asarray(values).reshape(-1)
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    stops = np.r_[starts[1:], values.size]
+    ranks = np.empty(values.size)
+    ranks[order] = np.repeat((starts + stops + 1) / 2.0, stops - starts)
+    return ranks
+
+
 def _labels_and_scores(
     gt: DEView, pred: DEView, alpha: float
 ) -> tuple[npt.NDArray[np.bool_], Float64Array]:
@@ -92,7 +133,7 @@ def _labels_and_scores(
         )
     # Ranks replace the scores: both metrics depend only on their order and ties, and
     # ranks keep infinite statistics in order without special cases.
-    scores = rankdata(_evidence(pred), method="dense").astype(np.float64)
+    scores = dense_ranks(_evidence(pred))
     return positive, scores
 
 
@@ -189,7 +230,7 @@ def de_auroc(
 
     """
     positive, scores = _labels_and_scores(gt, pred, alpha)
-    ranks = rankdata(scores, method="average")
+    ranks = average_ranks(scores)
     n_positive = int(positive.sum())
     n_negative = positive.size - n_positive
     rank_sum = float(ranks[positive].sum())
