@@ -13,7 +13,7 @@ import pandas as pd
 from scperteval.api import load_dataset
 from scperteval.context import Context
 from scperteval.engine.calibrators import Thresholds, calibration_table, verdict_reasons
-from scperteval.engine.dispatch import group_statistics, run_protocols, task_count
+from scperteval.engine.dispatch import group_statistics, resolve_workers, run_protocols, task_count
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS, Engine
 from scperteval.engine.failures import failure_counts, failure_lines, failure_record
 from scperteval.engine.suites import resolve_protocols
@@ -120,7 +120,7 @@ def calibrate(
     chunk_cells: int | None = None,
     seed: int = 0,
     de_method: str = "t-test",
-    workers: int = 1,
+    workers: int | None = None,
     executor: Any = None,
     thresholds: Thresholds | None = None,
     sample_cells: int = DEFAULT_SAMPLE_CELLS,
@@ -149,7 +149,9 @@ def calibrate(
     de_method
         DE method behind top-k spaces, DEG weights and DE protocols.
     workers
-        Threads used when no ``executor`` is given.
+        Threads used when no ``executor`` is given; by default the CPU cores this
+        process may use (at most 8). Values do not depend on it beyond rounding of
+        multithreaded BLAS in PCA spaces (about 1e-13).
     executor
         Any :class:`concurrent.futures.Executor` to run the tasks on, or a
         :class:`distributed.Client`: then the group statistics and the tasks are
@@ -202,6 +204,7 @@ def calibrate(
         device=device,
         precision=precision,
     )
+    workers = resolve_workers(workers)
     with timer.step("group_statistics"):
         group_statistics(engine, executor)  # here, so that the timing is separate
     n_tasks = task_count(engine, chosen)

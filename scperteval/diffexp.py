@@ -36,6 +36,8 @@ from scperteval.stats import GroupStats
 __all__ = [
     "DEResult",
     "welch_t_test",
+    "welch_between",
+    "welch_statistic_between",
     "two_sided_t_pvalues",
     "REFERENCES",
     "log_fold_change",
@@ -162,17 +164,76 @@ def welch_t_test(
     (1.224745, 0.287864)
 
     """
+    statistic, dof = _welch_statistic_and_dof(
+        n_target,
+        mean_target,
+        var_target,
+        n_reference,
+        mean_reference,
+        var_reference,
+        overestimate_variance,
+        with_dof=True,
+    )
+    assert dof is not None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pvalue = two_sided_t_pvalues(dof, statistic)
+    statistic = np.where(np.isnan(statistic), 0.0, statistic)
+    pvalue = np.where(np.isnan(pvalue), np.where(np.isinf(statistic), 0.0, 1.0), pvalue)
+    return statistic, pvalue
+
+
+def _welch_statistic_and_dof(
+    n_target: np.ndarray,
+    mean_target: np.ndarray,
+    var_target: np.ndarray,
+    n_reference: np.ndarray,
+    mean_reference: np.ndarray,
+    var_reference: np.ndarray,
+    overestimate_variance: bool,
+    with_dof: bool,
+) -> tuple[np.ndarray, np.ndarray | None]:
     n_ref = n_target if overestimate_variance else n_reference
     with np.errstate(divide="ignore", invalid="ignore"):
         term_target = var_target / n_target
         term_reference = var_reference / n_ref
         variance = term_target + term_reference
         statistic = (mean_target - mean_reference) / np.sqrt(variance)
+        if not with_dof:
+            return statistic, None
         dof = variance**2 / (term_target**2 / (n_target - 1) + term_reference**2 / (n_ref - 1))
-        pvalue = two_sided_t_pvalues(dof, statistic)
-    statistic = np.where(np.isnan(statistic), 0.0, statistic)
-    pvalue = np.where(np.isnan(pvalue), np.where(np.isinf(statistic), 0.0, 1.0), pvalue)
-    return statistic, pvalue
+    return statistic, dof
+
+
+def welch_statistic_between(
+    target: GroupStats, reference: GroupStats, overestimate_variance: bool = False
+) -> np.ndarray:
+    """The t statistics of :func:`welch_between`, without the costly p-values.
+
+    Parameters
+    ----------
+    target, reference
+        Group statistics; row ``i`` of ``target`` is tested against row ``i`` of
+        ``reference``.
+    overestimate_variance
+        As in :func:`welch_t_test`.
+
+    Returns
+    -------
+    numpy.ndarray
+        The same values as the statistics :func:`welch_between` returns.
+
+    """
+    statistic, _ = _welch_statistic_and_dof(
+        target.n[:, None],
+        target.mean,
+        target.variance(),
+        reference.n[:, None],
+        reference.mean,
+        reference.variance(),
+        overestimate_variance,
+        with_dof=False,
+    )
+    return np.where(np.isnan(statistic), 0.0, statistic)
 
 
 #: Below this many values, one thread computes the p-values.

@@ -483,3 +483,19 @@ def test_pvalues_in_row_blocks_equal_one_call():
     small = two_sided_t_pvalues(dof[:, :10], statistic[:, :10])
     np.testing.assert_array_equal(small, expected[:, :10])
     assert got[0, 1] == 0.0 and got[0, 2] == 1.0
+
+
+@pytest.mark.parametrize("overestimate", [False, True])
+def test_welch_statistic_between_equals_welch_between(overestimate):
+    from scperteval.diffexp import welch_between, welch_statistic_between
+    from scperteval.stats import GroupStats
+
+    rng = np.random.default_rng(4)
+    values = rng.poisson(0.7, size=(60, 9)).astype(float)
+    values[:, 0] = 0.0  # zero variance in both groups: t = 0 by rule
+    target = GroupStats.from_chunk(values[:20], rng.integers(0, 2, 20), 2)
+    reference = GroupStats.from_chunk(values[20:], rng.integers(0, 2, 40), 2)
+    statistic, _ = welch_between(target, reference, overestimate)
+    np.testing.assert_array_equal(
+        welch_statistic_between(target, reference, overestimate), statistic
+    )

@@ -127,3 +127,23 @@ def test_ranks_equal_scipy_rankdata(seed):
     distinct = rng.normal(size=25)
     np.testing.assert_array_equal(average_ranks(distinct), rankdata(distinct))
     assert average_ranks(np.array([])).size == 0
+
+
+def test_deferred_adjusted_pvalues_are_computed_once_on_access():
+    calls = []
+
+    def adjusted():
+        calls.append(1)
+        return np.array([0.01, 0.5, 0.2])
+
+    view = DEView(statistic=np.array([3.0, 0.1, -1.0]), pvalue_adj=adjusted)
+    assert calls == [] and len(view) == 3
+    np.testing.assert_array_equal(view.pvalue_adj, [0.01, 0.5, 0.2])
+    np.testing.assert_array_equal(view.pvalue_adj, [0.01, 0.5, 0.2])
+    assert calls == [1]
+    # A prediction's p-values are never needed by the metrics.
+    truth = DEView(statistic=np.zeros(3), pvalue_adj=np.array([0.01, 0.5, 0.01]))
+    untouched = DEView(statistic=np.array([2.0, 0.0, 1.0]), pvalue_adj=lambda: 1 / 0)
+    assert de_auroc(truth, untouched) == 1.0
+    with pytest.raises(ValueError, match="3 DE statistics but 2"):
+        _ = DEView(statistic=np.zeros(3), pvalue_adj=lambda: np.zeros(2)).pvalue_adj

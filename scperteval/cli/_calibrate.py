@@ -40,7 +40,12 @@ def add_parser(commands: Any) -> None:
     )
     add_dataset_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of halves and samples")
-    parser.add_argument("--workers", type=int, default=1, help="threads (default 1)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="threads (default: the CPU cores available, at most 8)",
+    )
     add_compute_options(parser)
     add_scheduler_option(parser)
     parser.add_argument(

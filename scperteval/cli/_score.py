@@ -38,7 +38,12 @@ def add_parser(commands: Any) -> None:
     score.add_argument("-p", "--protocols", default="default", help="suite, .toml or names")
     add_dataset_options(score)
     score.add_argument("--seed", type=int, default=0)
-    score.add_argument("--workers", type=int, default=1)
+    score.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="threads (default: the CPU cores available, at most 8)",
+    )
     add_compute_options(score)
     add_scheduler_option(score)
     score.add_argument(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import math
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -158,6 +159,53 @@ def run_protocols(
         if owned and pool is not None:
             pool.shutdown()
     return _sorted_table(rows)
+
+
+#: More threads than this rarely pay: tasks then wait on memory bandwidth.
+MAX_DEFAULT_WORKERS = 8
+
+
+def default_workers() -> int:
+    """Threads used when the caller does not choose: the CPU cores this process may use.
+
+    Returns
+    -------
+    int
+        The size of the process's CPU affinity set (``os.cpu_count()`` where that is
+        unknown), at least 1 and at most :data:`MAX_DEFAULT_WORKERS`.
+
+    """
+    try:
+        available = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        available = os.cpu_count() or 1
+    return max(1, min(available, MAX_DEFAULT_WORKERS))
+
+
+def resolve_workers(workers: int | None) -> int:
+    """``workers``, or :func:`default_workers` for ``None``; an error below 1.
+
+    Parameters
+    ----------
+    workers
+        Threads asked for, or ``None``.
+
+    Returns
+    -------
+    int
+        The number of threads to use.
+
+    Raises
+    ------
+    ValueError
+        If ``workers`` is below 1.
+
+    """
+    if workers is None:
+        return default_workers()
+    if int(workers) < 1:
+        raise ValueError(f"workers must be at least 1, got {workers!r}")
+    return int(workers)
 
 
 def group_statistics(engine: Engine, executor: Any = None) -> GroupStats:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
-from scperteval.diffexp import adjust_pvalues, welch_between
+from scperteval.diffexp import adjust_pvalues, welch_between, welch_statistic_between
 from scperteval.engine.featuremap import FeatureMap
 from scperteval.engine.sources import SourceData
 from scperteval.engine.spaces import space_is_per_condition
@@ -97,18 +97,20 @@ def _de_view(engine: Engine, condition: int, source: SourceData, space: FeatureM
     rest = engine.context.rest_stats().select([condition])
     if source.moments is not None:
         moments = source.moments
-        statistic, pvalue = welch_between(
-            moments, rest, engine.context.de_method == "t-test_overestim_var"
-        )
-        padj = adjust_pvalues(pvalue)[0]
-        statistic = statistic[0]
-    else:
-        n_truth = engine.context.condition_stats(engine.truth_half).n[condition]
-        spread = np.sqrt(rest.variance()[0] * (1.0 / n_truth + 1.0 / rest.n[0]))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            statistic = (source.centroid - rest.mean[0]) / spread
-        statistic = np.where(np.isfinite(statistic), statistic, 0.0)
-        padj = np.full(statistic.shape, np.nan)
+        overestimate = engine.context.de_method == "t-test_overestim_var"
+        statistic = welch_statistic_between(moments, rest, overestimate)[0]
+
+        def adjusted_pvalues() -> np.ndarray:
+            pvalue = welch_between(moments, rest, overestimate)[1]
+            return np.asarray(adjust_pvalues(pvalue)[0][space.genes])
+
+        return DEView(statistic=statistic[space.genes], pvalue_adj=adjusted_pvalues)
+    n_truth = engine.context.condition_stats(engine.truth_half).n[condition]
+    spread = np.sqrt(rest.variance()[0] * (1.0 / n_truth + 1.0 / rest.n[0]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        statistic = (source.centroid - rest.mean[0]) / spread
+    statistic = np.where(np.isfinite(statistic), statistic, 0.0)
+    padj = np.full(statistic.shape, np.nan)
     return DEView(statistic=statistic[space.genes], pvalue_adj=padj[space.genes])
 
 

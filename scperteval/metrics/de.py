@@ -18,7 +18,7 @@ Shared rules:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +32,6 @@ __all__ = ["DEView", "de_auprc", "de_auroc", "de_topk_overlap"]
 Float64Array = npt.NDArray[np.float64]
 
 
-@dataclass(frozen=True, eq=False)
 class DEView:
     """The part of a DE result the DE metrics read, aligned by feature.
 
@@ -41,29 +40,57 @@ class DEView:
     statistic
         Test statistic per feature (e.g. Welch t); its magnitude ranks the features.
     pvalue_adj
-        Multiple-testing adjusted p-value per feature.
+        Multiple-testing adjusted p-value per feature, or a function without
+        arguments that returns them: computed on first access then. Only the
+        truth's adjusted p-values are read (they define the positives), and exact
+        p-values cost far more than the statistics, so a candidate's are never
+        computed unless asked for.
 
     Raises
     ------
     ValueError
-        If the arrays are not 1-D or differ in length.
+        If the arrays are not 1-D or differ in length (for a function: when its
+        values are first read).
 
     """
 
-    statistic: Float64Array
-    pvalue_adj: Float64Array
+    __slots__ = ("_pending", "_pvalue_adj", "statistic")
 
-    def __post_init__(self) -> None:
-        statistic = np.asarray(self.statistic, dtype=np.float64)
-        pvalue_adj = np.asarray(self.pvalue_adj, dtype=np.float64)
-        if statistic.ndim != 1 or pvalue_adj.ndim != 1:
+    def __init__(
+        self,
+        statistic: npt.ArrayLike,
+        pvalue_adj: npt.ArrayLike | Callable[[], npt.ArrayLike],
+    ) -> None:
+        self.statistic: Float64Array = np.asarray(statistic, dtype=np.float64)
+        if self.statistic.ndim != 1:
             raise ValueError("DE statistic and adjusted p-values must be one-dimensional")
-        if statistic.shape != pvalue_adj.shape:
+        self._pending: Callable[[], npt.ArrayLike] | None = None
+        self._pvalue_adj: Float64Array | None = None
+        if callable(pvalue_adj):
+            self._pending = pvalue_adj
+        else:
+            self._pvalue_adj = self._checked(pvalue_adj)
+
+    def _checked(self, pvalue_adj: npt.ArrayLike) -> Float64Array:
+        values = np.asarray(pvalue_adj, dtype=np.float64)
+        if values.ndim != 1:
+            raise ValueError("DE statistic and adjusted p-values must be one-dimensional")
+        if values.shape != self.statistic.shape:
             raise ValueError(
-                f"{statistic.size} DE statistics but {pvalue_adj.size} adjusted p-values"
+                f"{self.statistic.size} DE statistics but {values.size} adjusted p-values"
             )
-        object.__setattr__(self, "statistic", statistic)
-        object.__setattr__(self, "pvalue_adj", pvalue_adj)
+        return values
+
+    @property
+    def pvalue_adj(self) -> Float64Array:
+        """Adjusted p-values per feature (computed now if they were deferred)."""
+        values = self._pvalue_adj
+        if values is None:
+            assert self._pending is not None
+            # Two threads racing here compute the same values; either result is kept.
+            values = self._checked(self._pending())
+            self._pvalue_adj = values
+        return values
 
     def __len__(self) -> int:
         return int(self.statistic.size)

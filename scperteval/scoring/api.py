@@ -18,6 +18,7 @@ from scperteval.engine.dispatch import (
     CONTROLS,
     Candidate,
     group_statistics,
+    resolve_workers,
     run_protocols,
     task_count,
 )
@@ -138,7 +139,7 @@ def score(
     aggregate: str = "median",
     thresholds: Thresholds | None = None,
     correction: str = "bonferroni",
-    workers: int = 1,
+    workers: int | None = None,
     executor: Any = None,
     sample_cells: int = DEFAULT_SAMPLE_CELLS,
     device: str | None = None,
@@ -184,7 +185,8 @@ def score(
     correction
         ``bonferroni`` (default) or ``bh`` for the paired tests.
     workers, executor
-        Parallelism: threads, any :class:`concurrent.futures.Executor`, or a
+        Parallelism: threads (by default the CPU cores this process may use, at
+        most 8), any :class:`concurrent.futures.Executor`, or a
         :class:`distributed.Client` to compute on a dask cluster with identical
         results (see :doc:`/distributed`).
     sample_cells
@@ -249,6 +251,7 @@ def score(
     candidates: list[Candidate] = list(CONTROLS) if truth == "half" else []
     candidates += [Candidate("model", m.name, m.source) for m in models]
     candidates += baseline_candidates(engine, baseline_names)
+    workers = resolve_workers(workers)
     with timer.step("group_statistics"):
         group_statistics(engine, executor)  # here, so that the timing is separate
     n_tasks = task_count(engine, chosen)

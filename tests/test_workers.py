@@ -1,0 +1,29 @@
+"""Default thread count of calibrate and score."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from scperteval.engine import dispatch
+from scperteval.engine.dispatch import MAX_DEFAULT_WORKERS, default_workers, resolve_workers
+
+
+def test_default_workers_follow_the_cpu_affinity():
+    expected = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert default_workers() == max(1, min(int(expected or 1), MAX_DEFAULT_WORKERS))
+
+
+def test_default_workers_are_capped(monkeypatch):
+    monkeypatch.setattr(dispatch.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert default_workers() == MAX_DEFAULT_WORKERS
+    monkeypatch.setattr(dispatch.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert default_workers() == 1
+
+
+def test_resolve_workers():
+    assert resolve_workers(None) == default_workers()
+    assert resolve_workers(3) == 3
+    with pytest.raises(ValueError, match="at least 1"):
+        resolve_workers(0)
