@@ -275,7 +275,9 @@ def _perturbation_task(
         space = resolve_space(engine, protocol.space, condition)
         reference = centering_vector(engine, protocol.centering, condition)
         truth_source = engine.source("truth", condition)
-        truth_view = make_view(engine, protocol, condition, truth_source, space, reference)
+        truth_view = make_view(
+            engine, protocol, condition, truth_source, space, reference, cache_key="truth"
+        )
         ctx = metric_context(engine, protocol, condition, space)
     except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
         reason = _failure(exc)

@@ -38,8 +38,14 @@ def make_view(
     source: SourceData,
     space: FeatureMap,
     reference: np.ndarray | None,
+    cache_key: str | None = None,
 ) -> object:
-    """The view of ``source`` a metric of ``protocol`` receives for one condition."""
+    """The view of ``source`` a metric of ``protocol`` receives for one condition.
+
+    ``cache_key`` names a registered source whose data is fixed for the engine
+    (the truth): its DE p-values over all genes are then computed once per
+    condition and shared by every DE protocol.
+    """
     if protocol.representation == "centroid":
         vector = source.centroid if reference is None else source.centroid - reference
         return space.vector(vector, is_delta=reference is not None)
@@ -48,7 +54,7 @@ def make_view(
         if reference is not None:
             cells -= space.vector(reference)
         return cells
-    return _de_view(engine, condition, source, space)
+    return _de_view(engine, condition, source, space, cache_key)
 
 
 @functools.lru_cache(maxsize=512)
@@ -84,7 +90,13 @@ def _population_cells(
     raise DegenerateInput("this source has no cells for a population metric")
 
 
-def _de_view(engine: Engine, condition: int, source: SourceData, space: FeatureMap) -> DEView:
+def _de_view(
+    engine: Engine,
+    condition: int,
+    source: SourceData,
+    space: FeatureMap,
+    cache_key: str | None = None,
+) -> DEView:
     """DE of a source against the truth's reference (the other perturbed cells).
 
     Cells: Welch t from their moments. A centroid without cells: its difference
@@ -100,9 +112,14 @@ def _de_view(engine: Engine, condition: int, source: SourceData, space: FeatureM
         overestimate = engine.context.de_method == "t-test_overestim_var"
         statistic = welch_statistic_between(moments, rest, overestimate)[0]
 
+        def all_genes() -> np.ndarray:
+            return np.asarray(adjust_pvalues(welch_between(moments, rest, overestimate)[1])[0])
+
         def adjusted_pvalues() -> np.ndarray:
-            pvalue = welch_between(moments, rest, overestimate)[1]
-            return np.asarray(adjust_pvalues(pvalue)[0][space.genes])
+            if cache_key is None:
+                return all_genes()[space.genes]
+            key = ("de_view_padj", cache_key, condition, overestimate)
+            return np.asarray(engine.memo(key, all_genes)[space.genes])
 
         return DEView(statistic=statistic[space.genes], pvalue_adj=adjusted_pvalues)
     n_truth = engine.context.condition_stats(engine.truth_half).n[condition]
