@@ -18,7 +18,7 @@ from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS, Engine
 from scperteval.engine.failures import failure_counts, failure_lines, failure_record
 from scperteval.engine.suites import resolve_protocols
 from scperteval.progress import progress_bar
-from scperteval.runinfo import Timer, dataset_checksum, write_atomic, write_run_json
+from scperteval.runinfo import Timer, start_dataset_checksum, write_atomic, write_run_json
 
 __all__ = ["calibrate", "CalibrationResult"]
 
@@ -197,6 +197,8 @@ def calibrate(
             backed,
             chunk_cells,
         )
+    # Only a run written to a folder records the checksum.
+    checksum = start_dataset_checksum(dataset) if out is not None else None
     engine = Engine(
         Context(dataset, seed=seed, de_method=de_method),
         truth="half",
@@ -229,6 +231,7 @@ def calibrate(
     }
     result = CalibrationResult(results, table, descriptions, thresholds, info)
     if out is not None:
+        assert checksum is not None
         folder = Path(out)
         with timer.step("write"):
             result.write(folder)
@@ -246,7 +249,7 @@ def calibrate(
                 "pair_backend": engine.pairs.name,
                 "thresholds": thresholds.as_dict(),
             },
-            input_checksum=dataset_checksum(dataset),
+            input_checksum=checksum(),
             **{k: v for k, v in info.items() if k != "input"},
             input=dataset.source,
         )

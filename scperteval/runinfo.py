@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import hashlib
 import json
 import os
@@ -59,6 +60,32 @@ def dataset_checksum(dataset: Any) -> str:
             digest.update(np.ascontiguousarray(block.indices).tobytes())
             digest.update(np.ascontiguousarray(block.indptr).tobytes())
     return "md5-memory:" + digest.hexdigest()
+
+
+def start_dataset_checksum(dataset: Any) -> Callable[[], str]:
+    """Begin :func:`dataset_checksum`; the returned function waits for its value.
+
+    A file is hashed in a background thread (hashing releases the GIL), so that
+    reading a large file a second time overlaps with the computation instead of
+    adding to it. Data in memory is hashed when the value is asked for.
+
+    Parameters
+    ----------
+    dataset
+        A :class:`~scperteval.dataset.Dataset`.
+
+    Returns
+    -------
+    callable
+        Without arguments, returns the checksum (re-raising any error of the hash).
+
+    """
+    if dataset.path is None:
+        return lambda: dataset_checksum(dataset)
+    pool = cf.ThreadPoolExecutor(1, thread_name_prefix="scperteval-checksum")
+    future = pool.submit(dataset_checksum, dataset)
+    pool.shutdown(wait=False)
+    return future.result
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:

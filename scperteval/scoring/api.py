@@ -27,7 +27,7 @@ from scperteval.engine.failures import failure_counts, failure_record
 from scperteval.engine.suites import resolve_protocols
 from scperteval.errors import DatasetError, SpecError
 from scperteval.progress import progress_bar
-from scperteval.runinfo import Timer, dataset_checksum, write_atomic, write_run_json
+from scperteval.runinfo import Timer, start_dataset_checksum, write_atomic, write_run_json
 from scperteval.scoring.baselines import BASELINES, baseline_candidates
 from scperteval.scoring.derive import Derived, derive
 from scperteval.scoring.predictions import load_predictions
@@ -230,6 +230,7 @@ def score(
             backed,
             chunk_cells,
         )
+    checksum = start_dataset_checksum(dataset)
     context = Context(dataset, seed=seed, de_method=de_method)
     engine = Engine(
         context, truth=truth, sample_cells=sample_cells, device=device, precision=precision
@@ -269,7 +270,7 @@ def score(
         "command": "score",
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "input": dataset.source,
-        "input_checksum": dataset_checksum(dataset),
+        "input_checksum": checksum(),
         "seed": seed,
         "truth": truth,
         "aggregate": aggregate,
