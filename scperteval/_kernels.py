@@ -288,3 +288,38 @@ def benjamini_hochberg_rows(pvalues: np.ndarray, order: np.ndarray, out: np.ndar
                 running = scaled
             out[row, test] = min(max(running, 0.0), 1.0)
     return in_range
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def l1_distances(pred: np.ndarray, truth: np.ndarray, keep: np.ndarray, out: np.ndarray) -> None:
+    """``out[i, j] = sum_k keep[i, k] |pred[i, k] - truth[j, k]|`` (all ``k`` if ``keep`` is empty).
+
+    One fused pass per pair of rows, with no temporary array; the order of the
+    sum is fixed, so identical rows give identical distances.
+
+    Parameters
+    ----------
+    pred, truth
+        C-contiguous float64 rows with the same number of columns.
+    keep
+        0/1 float64 mask shaped like ``pred``, or an array of size 0 for none.
+    out
+        ``(len(pred), len(truth))`` float64 array to fill.
+
+    """
+    n_pred, n_features = pred.shape
+    n_truth = truth.shape[0]
+    masked = keep.size > 0
+    for i in range(n_pred):
+        row = pred[i]
+        for j in range(n_truth):
+            other = truth[j]
+            total = 0.0
+            if masked:
+                weights = keep[i]
+                for k in range(n_features):
+                    total += weights[k] * abs(row[k] - other[k])
+            else:
+                for k in range(n_features):
+                    total += abs(row[k] - other[k])
+            out[i, j] = total

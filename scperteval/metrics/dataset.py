@@ -50,9 +50,6 @@ Float64Array = npt.NDArray[np.float64]
 Distance = Literal["sqeuclidean", "l1", "cosine"]
 _DISTANCES = ("sqeuclidean", "l1", "cosine")
 
-# Memory bound, in bytes, for the broadcast block of the L1 distance.
-_L1_BLOCK_BYTES = 16 * 2**20
-
 
 # ------------------------------------------------------------------------- distances
 
@@ -94,17 +91,17 @@ def _distances_of_unique(
         # convention of sklearn.metrics.pairwise.cosine_similarity.
         similarity = np.divide(dot, denominator, out=np.zeros_like(dot), where=denominator > 0)
         return 1.0 - np.clip(similarity, -1.0, 1.0)
-    # l1: no matrix-product form; broadcast over blocks of prediction rows.
-    n_pred, n_truth = pred.shape[0], truth.shape[0]
-    rows = max(1, _L1_BLOCK_BYTES // (8 * max(n_truth * truth.shape[1], 1)))
-    out = np.empty((n_pred, n_truth))
-    for start in range(0, n_pred, rows):
-        stop = start + rows
-        diff = pred[start:stop, None, :] - truth[None, :, :]
-        np.abs(diff, out=diff)
-        if keep is not None:
-            diff *= keep[start:stop, None, :]
-        out[start:stop] = diff.sum(axis=2)
+    # l1 has no matrix-product form: one compiled pass per pair of rows.
+    from scperteval._kernels import l1_distances
+
+    out = np.empty((pred.shape[0], truth.shape[0]))
+    mask = np.empty((0, 0)) if keep is None else np.ascontiguousarray(keep, dtype=np.float64)
+    l1_distances(
+        np.ascontiguousarray(pred, dtype=np.float64),
+        np.ascontiguousarray(truth, dtype=np.float64),
+        mask,
+        out,
+    )
     return out
 
 
