@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 REFERENCES = ("rest", "control")
+#: Counts, means and variances of target then reference groups.
+_Moments = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 DE_COLUMNS = (
     "covariate",
     "perturbation",
@@ -164,16 +166,8 @@ def welch_t_test(
     (1.224745, 0.287864)
 
     """
-    statistic, dof = _welch_statistic_and_dof(
-        n_target,
-        mean_target,
-        var_target,
-        n_reference,
-        mean_reference,
-        var_reference,
-        overestimate_variance,
-        with_dof=True,
-    )
+    moments = (n_target, mean_target, var_target, n_reference, mean_reference, var_reference)
+    statistic, dof = _welch_statistic_and_dof(moments, overestimate_variance, with_dof=True)
     assert dof is not None
     with np.errstate(divide="ignore", invalid="ignore"):
         pvalue = two_sided_t_pvalues(dof, statistic)
@@ -183,15 +177,9 @@ def welch_t_test(
 
 
 def _welch_statistic_and_dof(
-    n_target: np.ndarray,
-    mean_target: np.ndarray,
-    var_target: np.ndarray,
-    n_reference: np.ndarray,
-    mean_reference: np.ndarray,
-    var_reference: np.ndarray,
-    overestimate_variance: bool,
-    with_dof: bool,
+    moments: _Moments, overestimate_variance: bool, with_dof: bool
 ) -> tuple[np.ndarray, np.ndarray | None]:
+    n_target, mean_target, var_target, n_reference, mean_reference, var_reference = moments
     n_ref = n_target if overestimate_variance else n_reference
     with np.errstate(divide="ignore", invalid="ignore"):
         term_target = var_target / n_target
@@ -224,14 +212,7 @@ def welch_statistic_between(
 
     """
     statistic, _ = _welch_statistic_and_dof(
-        target.n[:, None],
-        target.mean,
-        target.variance(),
-        reference.n[:, None],
-        reference.mean,
-        reference.variance(),
-        overestimate_variance,
-        with_dof=False,
+        _paired_moments(target, reference), overestimate_variance, with_dof=False
     )
     return np.where(np.isnan(statistic), 0.0, statistic)
 
@@ -292,13 +273,18 @@ def welch_between(
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`welch_t_test` of each group of ``target`` against the same row of ``reference``."""
     return welch_t_test(
+        *_paired_moments(target, reference), overestimate_variance=overestimate_variance
+    )
+
+
+def _paired_moments(target: GroupStats, reference: GroupStats) -> _Moments:
+    return (
         target.n[:, None],
         target.mean,
         target.variance(),
         reference.n[:, None],
         reference.mean,
         reference.variance(),
-        overestimate_variance=overestimate_variance,
     )
 
 
