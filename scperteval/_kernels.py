@@ -18,17 +18,19 @@ import numpy as np
 ONE_PASS_MIN_SPREAD = 2.0**-7
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True)
 def csr_group_moments(
     indptr: np.ndarray,
     indices: np.ndarray,
     data: np.ndarray,
     order: np.ndarray,
     group_starts: np.ndarray,
-    n_features: int,
-    worker_groups: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Mean and centred sum of squares of each group of CSR rows, mostly in one pass.
+    first_group: int,
+    stop_group: int,
+    mean: np.ndarray,
+    m2: np.ndarray,
+) -> bool:
+    """Mean and centred sum of squares of groups of CSR rows, mostly in one pass.
 
     Each group's rows are read once, accumulating per feature the sum and the sum
     of squares with compensated (Kahan) additions; ``m2 = sumsq - sum**2 / n``.
@@ -41,7 +43,7 @@ def csr_group_moments(
     ----------
     indptr, indices, data
         The CSR matrix (any index and value dtypes). The column indices of every
-        visited row must be strictly increasing (sorted, no duplicates); the last
+        visited row must be strictly increasing (sorted, no duplicates); the
         returned value says whether they were.
     order
         Row numbers sorted by group: group ``g`` owns
@@ -49,100 +51,96 @@ def csr_group_moments(
         are not read.
     group_starts
         Offsets into ``order``, length ``n_groups + 1``.
-    n_features
-        Number of columns.
-    worker_groups
-        Boundaries of contiguous ranges of groups, one range per parallel task
-        (see :func:`balanced_group_ranges`).
+    first_group, stop_group
+        The range of groups computed by this call (threads take disjoint ranges,
+        see :func:`balanced_group_ranges`).
+    mean, m2
+        ``(n_groups, n_features)`` float64 outputs; rows of the range are written
+        (zeros for groups without rows).
 
     Returns
     -------
-    tuple
-        Means and sums of squared deviations, each ``(n_groups, n_features)``
-        float64 (zeros for groups without rows), and whether every visited row's
-        column indices were strictly increasing; when not, the moments are
-        meaningless and the caller must canonicalise the matrix and call again.
+    bool
+        Whether every visited row's column indices were strictly increasing; when
+        not, the moments are meaningless and the caller must canonicalise the
+        matrix and call again.
 
     """
-    n_groups = group_starts.shape[0] - 1
-    n_workers = worker_groups.shape[0] - 1
-    mean = np.empty((n_groups, n_features))
-    m2 = np.empty((n_groups, n_features))
-    canonical = np.ones(n_workers, dtype=np.bool_)
-    for worker in numba.prange(n_workers):
-        # Interleaved per feature (sum, its compensation, sum of squares, its
-        # compensation) so that one stored entry touches one cache line.
-        sums = np.empty((n_features, 4))
-        stored = np.empty(n_features, dtype=np.int64)
-        for group in range(worker_groups[worker], worker_groups[worker + 1]):
-            start = group_starts[group]
-            stop = group_starts[group + 1]
-            n_rows = stop - start
-            mean_row = mean[group]
-            m2_row = m2[group]
-            if n_rows == 0:
-                mean_row[:] = 0.0
-                m2_row[:] = 0.0
-                continue
-            sums[:] = 0.0
-            for position in range(start, stop):
-                row = order[position]
-                previous = np.int64(-1)
-                increasing = True
-                for k in range(indptr[row], indptr[row + 1]):
-                    # Unsigned, so that numba skips its negative-index wraparound.
-                    column = np.uintp(indices[k])
-                    if np.int64(indices[k]) <= previous:
-                        increasing = False
-                    previous = np.int64(indices[k])
-                    value = np.float64(data[k])
-                    addend = value - sums[column, 1]
-                    total = sums[column, 0] + addend
-                    sums[column, 1] = (total - sums[column, 0]) - addend
-                    sums[column, 0] = total
-                    addend = value * value - sums[column, 3]
-                    total = sums[column, 2] + addend
-                    sums[column, 3] = (total - sums[column, 2]) - addend
-                    sums[column, 2] = total
-                if not increasing:
-                    canonical[worker] = False
-            exact_pass = False
-            means_finite = True
-            for feature in range(n_features):
-                total = sums[feature, 0] - sums[feature, 1]
-                sumsq = sums[feature, 2] - sums[feature, 3]
-                feature_mean = total / n_rows
-                spread = sumsq - total * feature_mean
-                mean_row[feature] = feature_mean
-                m2_row[feature] = spread
-                # Written to be true for NaN as well.
-                if not spread >= sumsq * ONE_PASS_MIN_SPREAD:
-                    exact_pass = True
-                if not np.isfinite(feature_mean):
-                    means_finite = False
-            if not exact_pass:
-                continue
-            if not means_finite:
-                # Non-finite data: plain sums, as the two-pass method takes them.
-                mean_row[:] = 0.0
-                for position in range(start, stop):
-                    row = order[position]
-                    for k in range(indptr[row], indptr[row + 1]):
-                        mean_row[np.uintp(indices[k])] += np.float64(data[k])
-                for feature in range(n_features):
-                    mean_row[feature] /= n_rows
+    n_features = mean.shape[1]
+    canonical = True
+    # Interleaved per feature (sum, its compensation, sum of squares, its
+    # compensation) so that one stored entry touches one cache line.
+    sums = np.empty((n_features, 4))
+    stored = np.empty(n_features, dtype=np.int64)
+    for group in range(first_group, stop_group):
+        start = group_starts[group]
+        stop = group_starts[group + 1]
+        n_rows = stop - start
+        mean_row = mean[group]
+        m2_row = m2[group]
+        if n_rows == 0:
+            mean_row[:] = 0.0
             m2_row[:] = 0.0
-            stored[:] = 0
+            continue
+        sums[:] = 0.0
+        for position in range(start, stop):
+            row = order[position]
+            previous = np.int64(-1)
+            increasing = True
+            for k in range(indptr[row], indptr[row + 1]):
+                # Unsigned, so that numba skips its negative-index wraparound.
+                column = np.uintp(indices[k])
+                if np.int64(indices[k]) <= previous:
+                    increasing = False
+                previous = np.int64(indices[k])
+                value = np.float64(data[k])
+                addend = value - sums[column, 1]
+                total = sums[column, 0] + addend
+                sums[column, 1] = (total - sums[column, 0]) - addend
+                sums[column, 0] = total
+                addend = value * value - sums[column, 3]
+                total = sums[column, 2] + addend
+                sums[column, 3] = (total - sums[column, 2]) - addend
+                sums[column, 2] = total
+            if not increasing:
+                canonical = False
+        exact_pass = False
+        means_finite = True
+        for feature in range(n_features):
+            total = sums[feature, 0] - sums[feature, 1]
+            sumsq = sums[feature, 2] - sums[feature, 3]
+            feature_mean = total / n_rows
+            spread = sumsq - total * feature_mean
+            mean_row[feature] = feature_mean
+            m2_row[feature] = spread
+            # Written to be true for NaN as well.
+            if not spread >= sumsq * ONE_PASS_MIN_SPREAD:
+                exact_pass = True
+            if not np.isfinite(feature_mean):
+                means_finite = False
+        if not exact_pass:
+            continue
+        if not means_finite:
+            # Non-finite data: plain sums, as the two-pass method takes them.
+            mean_row[:] = 0.0
             for position in range(start, stop):
                 row = order[position]
                 for k in range(indptr[row], indptr[row + 1]):
-                    column = np.uintp(indices[k])
-                    deviation = np.float64(data[k]) - mean_row[column]
-                    m2_row[column] += deviation * deviation
-                    stored[column] += 1
+                    mean_row[np.uintp(indices[k])] += np.float64(data[k])
             for feature in range(n_features):
-                m2_row[feature] += (n_rows - stored[feature]) * mean_row[feature] ** 2
-    return mean, m2, bool(canonical.all())
+                mean_row[feature] /= n_rows
+        m2_row[:] = 0.0
+        stored[:] = 0
+        for position in range(start, stop):
+            row = order[position]
+            for k in range(indptr[row], indptr[row + 1]):
+                column = np.uintp(indices[k])
+                deviation = np.float64(data[k]) - mean_row[column]
+                m2_row[column] += deviation * deviation
+                stored[column] += 1
+        for feature in range(n_features):
+            m2_row[feature] += (n_rows - stored[feature]) * mean_row[feature] ** 2
+    return canonical
 
 
 def balanced_group_ranges(
@@ -161,7 +159,7 @@ def balanced_group_ranges(
     order, group_starts, n_features
         As for :func:`csr_group_moments`.
     n_workers
-        Number of ranges; numba's thread count when omitted.
+        Number of ranges; :func:`scperteval._threads.kernel_threads` when omitted.
 
     Returns
     -------
@@ -170,7 +168,11 @@ def balanced_group_ranges(
 
     """
     n_groups = group_starts.shape[0] - 1
-    n_workers = max(1, int(n_workers or numba.get_num_threads()))
+    if n_workers is None:
+        from scperteval._threads import kernel_threads
+
+        n_workers = kernel_threads()
+    n_workers = max(1, int(n_workers))
     # A static split by group count would leave one thread with the large control
     # groups; work is a group's stored entries plus its sweeps over the features.
     owned = order[group_starts[0] : group_starts[-1]]
@@ -184,29 +186,25 @@ def balanced_group_ranges(
     return np.maximum.accumulate(bounds.astype(np.int64))
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def scan_values(values: np.ndarray, n_blocks: int) -> tuple[int, float, float, bool]:
+@numba.njit(cache=True, nogil=True)
+def scan_values(values: np.ndarray) -> tuple[int, float, float, bool]:
     """One pass over a flat array: non-finite count, finite min and max, all-integer flag."""
-    n = values.shape[0]
-    nonfinite = np.zeros(n_blocks, dtype=np.int64)
-    minima = np.full(n_blocks, np.inf)
-    maxima = np.full(n_blocks, -np.inf)
-    integral = np.ones(n_blocks, dtype=np.bool_)
-    for block in numba.prange(n_blocks):
-        start = block * n // n_blocks
-        stop = (block + 1) * n // n_blocks
-        for i in range(start, stop):
-            value = np.float64(values[i])
-            if not np.isfinite(value):
-                nonfinite[block] += 1
-                continue
-            if value < minima[block]:
-                minima[block] = value
-            if value > maxima[block]:
-                maxima[block] = value
-            if integral[block] and value != np.floor(value):
-                integral[block] = False
-    return int(nonfinite.sum()), float(minima.min()), float(maxima.max()), bool(integral.all())
+    nonfinite = 0
+    minimum = np.inf
+    maximum = -np.inf
+    integral = True
+    for i in range(values.shape[0]):
+        value = np.float64(values[i])
+        if not np.isfinite(value):
+            nonfinite += 1
+            continue
+        if value < minimum:
+            minimum = value
+        if value > maximum:
+            maximum = value
+        if integral and value != np.floor(value):
+            integral = False
+    return nonfinite, minimum, maximum, integral
 
 
 @numba.njit(cache=True, nogil=True)

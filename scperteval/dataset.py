@@ -11,6 +11,7 @@ expression matrix in row chunks so that files larger than memory work.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -461,10 +462,21 @@ def normalize_log1p(block: Any, target_sum: float = 1e4) -> Any:
 
 def _scan(values: np.ndarray) -> tuple[int, float, float, bool]:
     from scperteval._kernels import scan_values
+    from scperteval._threads import kernel_threads, run_ranges
 
     if not values.flags.c_contiguous:
         values = np.ascontiguousarray(values)
-    return scan_values(values, max(1, min(64, values.size // 65536)))  # type: ignore[no-any-return]
+    n_blocks = max(1, min(kernel_threads(), values.size // 65536))
+    bounds = [block * values.size // n_blocks for block in range(n_blocks + 1)]
+    parts = run_ranges(lambda start, stop: scan_values(values[start:stop]), bounds)
+    if not parts:
+        return 0, math.inf, -math.inf, True
+    return (
+        sum(int(part[0]) for part in parts),
+        min(float(part[1]) for part in parts),
+        max(float(part[2]) for part in parts),
+        all(bool(part[3]) for part in parts),
+    )
 
 
 def _listing(values: Sequence[Any], limit: int = 12) -> str:

@@ -157,6 +157,7 @@ def _sparse_moments(
     matrix: Any, codes: np.ndarray, counts: np.ndarray, n_groups: int
 ) -> tuple[np.ndarray, np.ndarray]:
     from scperteval._kernels import balanced_group_ranges, csr_group_moments
+    from scperteval._threads import run_ranges
 
     # Visiting rows group by group keeps each group's accumulators in cache and
     # lets one thread own a group. Rows with negative codes sort first and belong
@@ -167,18 +168,31 @@ def _sparse_moments(
     np.cumsum(counts.astype(np.int64), out=group_starts[1:])
     group_starts[1:] += group_starts[0]
     n_features = int(matrix.shape[1])
-    workers = balanced_group_ranges(matrix.indptr, order, group_starts, n_features)
-    mean, m2, canonical = csr_group_moments(
-        matrix.indptr, matrix.indices, matrix.data, order, group_starts, n_features, workers
-    )
-    if not canonical:
+    bounds = balanced_group_ranges(matrix.indptr, order, group_starts, n_features).tolist()
+    mean = np.empty((n_groups, n_features))
+    m2 = np.empty((n_groups, n_features))
+
+    def moments_of(first: int, stop: int) -> bool:
+        return bool(
+            csr_group_moments(
+                matrix.indptr,
+                matrix.indices,
+                matrix.data,
+                order,
+                group_starts,
+                first,
+                stop,
+                mean,
+                m2,
+            )
+        )
+
+    if not all(run_ranges(moments_of, bounds)):
         # Unsorted or duplicate column indices: the kernel checks this for free as
         # it reads, which spares a full pass over the indices in the usual case.
         matrix = matrix.copy()
         matrix.sum_duplicates()
-        mean, m2, canonical = csr_group_moments(
-            matrix.indptr, matrix.indices, matrix.data, order, group_starts, n_features, workers
-        )
+        run_ranges(moments_of, bounds)
     return mean, m2
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
 
+from scperteval._threads import serial_kernels
 from scperteval.context import Context
 from scperteval.diffexp import DEResult
 from scperteval.engine.pairs import pair_backend
@@ -30,24 +30,6 @@ DEFAULT_PCA_CELLS = 10_000
 SAMPLE_POINTS_BYTES = 256 * 2**20
 #: Memory for stored pairwise distances of samples (see :mod:`scperteval.engine.fastpath`).
 PAIR_STORE_BYTES = 1024 * 2**20
-
-
-@contextmanager
-def _serial_numba() -> Iterator[None]:
-    """Run numba's parallel kernels on the calling thread only (a thread-local setting).
-
-    For the small groups of cells summarised per perturbation, starting a parallel
-    region costs more than the work, and on a busy machine far more. The kernels give
-    every group to one thread, so the values are the same.
-    """
-    import numba
-
-    saved = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(saved)
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
@@ -221,7 +203,7 @@ class Engine:
     def moments_of(self, positions: np.ndarray) -> GroupStats:
         """One-group statistics of the cells at ``positions``."""
         rows = self.context.dataset.rows(np.sort(positions))
-        with _serial_numba():
+        with serial_kernels():
             return GroupStats.from_chunk(rows, np.zeros(rows.shape[0], dtype=np.int64), 1)
 
     def perturbed_sample(self, covariate: int) -> tuple[np.ndarray, GroupStats]:
@@ -272,7 +254,7 @@ class Engine:
             # Cut from the group's cached sample rows: a backed file is then read once
             # per group, not again for every condition.
             own_rows = self.sample_rows(covariate)[own]
-            with _serial_numba():
+            with serial_kernels():
                 own_stats = GroupStats.from_chunk(own_rows, np.zeros(own.size, dtype=np.int64), 1)
             return subtract_group(sample_stats, own_stats)
 

@@ -1,0 +1,93 @@
+"""Threads for the compiled kernels: ranges of work run on a shared pool.
+
+The kernels release the GIL, so plain threads run them in parallel; numba's own
+parallel regions would do the same but cost seconds of compilation per signature
+on a fresh installation. Each range is computed by one thread and written to its
+own part of the output, so values do not depend on the number of threads.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TypeVar
+
+__all__ = ["kernel_threads", "run_ranges", "serial_kernels"]
+
+T = TypeVar("T")
+
+_local = threading.local()
+_pool: list[cf.ThreadPoolExecutor] = []
+_pool_lock = threading.Lock()
+
+
+def _available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def kernel_threads() -> int:
+    """Threads a kernel called from this thread may use (1 inside :func:`serial_kernels`).
+
+    Returns
+    -------
+    int
+        The CPU cores available to the process, or this thread's limit.
+
+    """
+    limit = getattr(_local, "limit", None)
+    return int(limit) if limit is not None else _available_cores()
+
+
+@contextmanager
+def serial_kernels() -> Iterator[None]:
+    """Run the kernels called from this thread on this thread only.
+
+    For the small pieces of work of a task among many running in parallel,
+    handing ranges to other threads costs more than it saves.
+    """
+    saved = getattr(_local, "limit", None)
+    _local.limit = 1
+    try:
+        yield
+    finally:
+        _local.limit = saved
+
+
+def _shared_pool() -> cf.ThreadPoolExecutor:
+    with _pool_lock:
+        if not _pool:
+            _pool.append(
+                cf.ThreadPoolExecutor(_available_cores(), thread_name_prefix="scperteval-kernel")
+            )
+        return _pool[0]
+
+
+def run_ranges(function: Callable[[int, int], T], bounds: Sequence[int]) -> list[T]:
+    """``function(bounds[i], bounds[i + 1])`` for every ``i``, the ranges in parallel.
+
+    Parameters
+    ----------
+    function
+        Called with the start and stop of one range; it must release the GIL to
+        gain from the threads, and write only its own range of any shared output.
+    bounds
+        Non-decreasing range boundaries; empty ranges are skipped.
+
+    Returns
+    -------
+    list
+        The results of the non-empty ranges, in order.
+
+    """
+    ranges = [(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+    if len(ranges) <= 1:
+        return [function(a, b) for a, b in ranges]
+    futures = [_shared_pool().submit(function, a, b) for a, b in ranges[1:]]
+    first = function(*ranges[0])
+    return [first, *(future.result() for future in futures)]

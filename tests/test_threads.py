@@ -1,0 +1,60 @@
+"""Kernels split over threads give the values of one thread."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import scipy.sparse as sp
+
+from scperteval._threads import kernel_threads, run_ranges, serial_kernels
+from scperteval.dataset import _scan
+from scperteval.stats import GroupStats
+
+
+def test_run_ranges_keeps_order_and_skips_empty_ranges():
+    seen = []
+
+    def work(start, stop):
+        seen.append(threading.get_ident())
+        return list(range(start, stop))
+
+    assert run_ranges(work, [0, 3, 3, 7, 10]) == [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]
+    assert run_ranges(work, [5, 5]) == []
+    assert run_ranges(work, [0, 4]) == [[0, 1, 2, 3]]
+
+
+def test_serial_kernels_is_local_to_the_thread():
+    outside = kernel_threads()
+    inside = []
+    with serial_kernels():
+        assert kernel_threads() == 1
+        other = threading.Thread(target=lambda: inside.append(kernel_threads()))
+        other.start()
+        other.join()
+    assert inside == [outside]
+    assert kernel_threads() == outside
+
+
+def test_group_moments_do_not_depend_on_the_threads(monkeypatch):
+    rng = np.random.default_rng(5)
+    matrix = sp.random(3000, 40, density=0.3, format="csr", random_state=6) * 4.0
+    codes = rng.integers(0, 37, size=3000)
+    with serial_kernels():
+        one = GroupStats.from_chunk(matrix, codes, 37)
+    monkeypatch.setattr("scperteval._threads._available_cores", lambda: 4)
+    assert kernel_threads() == 4
+    several = GroupStats.from_chunk(matrix, codes, 37)
+    np.testing.assert_array_equal(several.mean, one.mean)
+    np.testing.assert_array_equal(several.m2, one.m2)
+
+
+def test_scan_over_blocks_equals_numpy(monkeypatch):
+    monkeypatch.setattr("scperteval._threads._available_cores", lambda: 3)
+    values = np.random.default_rng(7).normal(size=300_000).astype(np.float32)
+    values[[10, 200_000]] = np.nan
+    values[250_000] = np.inf
+    finite = values[np.isfinite(values)]
+    assert _scan(values) == (3, float(finite.min()), float(finite.max()), False)
+    assert _scan(np.round(finite[:1000]).astype(np.float64))[3] is True
+    assert _scan(np.zeros(0)) == (0, np.inf, -np.inf, True)
