@@ -199,6 +199,14 @@ def test_all_perturbed_sample(sim, cap):
         close(data.centroid, cells.mean(axis=0))
         close(data.moments.mean[0], cells.mean(axis=0))
         close(data.moments.variance()[0], cells.var(axis=0, ddof=1))
+        rest = engine.context.rest_stats().select([k])
+        if cap >= sim.x.shape[0]:
+            # The whole group: the very statistics of the DE reference, so that a DE
+            # view of this control has statistics of exactly 0, not rounding noise.
+            np.testing.assert_array_equal(data.moments.mean, rest.mean)
+            np.testing.assert_array_equal(data.moments.m2, rest.m2)
+        else:
+            assert data.moments.n[0] < rest.n[0]
     # One sample per covariate group: two perturbations' samples differ only by
     # each other's cells.
     for a, b in ((0, 5), (9, 14)):

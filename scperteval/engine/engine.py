@@ -247,7 +247,14 @@ class Engine:
 
         def build() -> GroupStats:
             covariate = self.covariate_index(condition)
-            _, sample_stats = self.perturbed_sample(covariate)
+            positions, sample_stats = self.perturbed_sample(covariate)
+            pool_size = self.context.condition_stats("all").n[self.conditions_of(covariate)].sum()
+            if positions.size == int(pool_size):
+                # The sample is every perturbed cell of the group, so without the
+                # condition's cells it is exactly the condition's "rest": the same
+                # statistics, not a recomputation that differs by rounding (a DE
+                # ranking of two identical populations would rank rounding noise).
+                return self.context.rest_stats().select([condition])
             _, own = self.sample_split(condition)
             if own.size == 0:
                 return sample_stats
