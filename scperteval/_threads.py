@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
-__all__ = ["kernel_threads", "run_ranges", "serial_kernels"]
+__all__ = ["available_cores", "kernel_threads", "run_ranges", "serial_kernels"]
 
 T = TypeVar("T")
 
@@ -24,7 +24,15 @@ _pool: list[cf.ThreadPoolExecutor] = []
 _pool_lock = threading.Lock()
 
 
-def _available_cores() -> int:
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity set, else ``os.cpu_count()``).
+
+    Returns
+    -------
+    int
+        At least 1.
+
+    """
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
@@ -41,7 +49,7 @@ def kernel_threads() -> int:
 
     """
     limit = getattr(_local, "limit", None)
-    return int(limit) if limit is not None else _available_cores()
+    return int(limit) if limit is not None else available_cores()
 
 
 @contextmanager
@@ -63,7 +71,7 @@ def _shared_pool() -> cf.ThreadPoolExecutor:
     with _pool_lock:
         if not _pool:
             _pool.append(
-                cf.ThreadPoolExecutor(_available_cores(), thread_name_prefix="scperteval-kernel")
+                cf.ThreadPoolExecutor(available_cores(), thread_name_prefix="scperteval-kernel")
             )
         return _pool[0]
 

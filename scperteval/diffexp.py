@@ -20,9 +20,6 @@ Conventions, chosen to match scanpy's ``rank_genes_groups``:
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import os
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
+from scperteval._threads import run_ranges
 from scperteval.dataset import Condition
 from scperteval.stats import GroupStats
 
@@ -219,26 +217,23 @@ def welch_statistic_between(
 
 #: Below this many values, one thread computes the p-values.
 PARALLEL_PVALUES = 1 << 18
-_PVALUE_THREADS = 2
-_pvalue_pool: list[Any] = []
-_pvalue_pool_lock = threading.Lock()
 
 
-def _pool() -> Any:
-    with _pvalue_pool_lock:
-        if not _pvalue_pool:
-            _pvalue_pool.append(
-                cf.ThreadPoolExecutor(_PVALUE_THREADS, thread_name_prefix="scperteval-pvalues")
-            )
-        return _pvalue_pool[0]
+def _row_blocks(n_values: int, n_rows: int) -> list[int]:
+    """Boundaries of row blocks for :func:`~scperteval._threads.run_ranges`."""
+    from scperteval._threads import kernel_threads
+
+    n_blocks = 1 if n_values < PARALLEL_PVALUES else max(1, min(kernel_threads(), n_rows))
+    return [block * n_rows // n_blocks for block in range(n_blocks + 1)]
 
 
 def two_sided_t_pvalues(dof: np.ndarray, statistic: np.ndarray) -> np.ndarray:
     """``2 P(T_dof <= -|t|)`` elementwise: the two-sided p-values of t statistics.
 
     The Student t CDF (``scipy.special.stdtr``) costs far more than the
-    statistics themselves; large arrays are cut into row blocks computed by two
-    threads (the function releases the GIL), with the same value for every element.
+    statistics themselves; large arrays are cut into row blocks computed by
+    parallel threads (the function releases the GIL), with the same value for every
+    element.
 
     Parameters
     ----------
@@ -253,18 +248,15 @@ def two_sided_t_pvalues(dof: np.ndarray, statistic: np.ndarray) -> np.ndarray:
     """
     dof, statistic = np.broadcast_arrays(np.asarray(dof, dtype=float), statistic)
     negative = -np.abs(statistic)
-    if negative.size < PARALLEL_PVALUES or negative.ndim == 0 or (os.cpu_count() or 1) < 2:
+    if negative.ndim == 0:
         return 2.0 * special.stdtr(dof, negative)
     out = np.empty(negative.shape)
-    bounds = np.linspace(0, negative.shape[0], _PVALUE_THREADS + 1).astype(int)
 
     def block(start: int, stop: int) -> None:
         special.stdtr(dof[start:stop], negative[start:stop], out=out[start:stop])
         out[start:stop] *= 2.0
 
-    futures = [_pool().submit(block, a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-    for future in futures:
-        future.result()
+    run_ranges(block, _row_blocks(negative.size, negative.shape[0]))
     return out
 
 
@@ -298,8 +290,8 @@ def adjust_pvalues(pvalues: np.ndarray) -> np.ndarray:
 
     Identical values to ``scipy.stats.false_discovery_control(pvalues, axis=-1,
     method="bh")``, computed by one sort per row and a compiled pass; large
-    arrays are cut into row blocks computed by two threads (sorting and the pass
-    release the GIL).
+    arrays are cut into row blocks computed by parallel threads (sorting and the
+    pass release the GIL).
 
     Parameters
     ----------
@@ -334,15 +326,7 @@ def adjust_pvalues(pvalues: np.ndarray) -> np.ndarray:
         order = np.argsort(rows[start:stop], axis=-1)
         return bool(benjamini_hochberg_rows(rows[start:stop], order, out[start:stop]))
 
-    if rows.size < PARALLEL_PVALUES or rows.shape[0] < 2 or (os.cpu_count() or 1) < 2:
-        in_range = block(0, rows.shape[0])
-    else:
-        bounds = np.linspace(0, rows.shape[0], _PVALUE_THREADS + 1).astype(int)
-        futures = [
-            _pool().submit(block, a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)
-        ]
-        in_range = all([future.result() for future in futures])
-    if not in_range:
+    if not all(run_ranges(block, _row_blocks(rows.size, rows.shape[0]))):
         raise ValueError("`ps` must include only numbers between 0 and 1.")
     return out.reshape(pvalues.shape)
 

@@ -42,7 +42,7 @@ def test_group_moments_do_not_depend_on_the_threads(monkeypatch):
     codes = rng.integers(0, 37, size=3000)
     with serial_kernels():
         one = GroupStats.from_chunk(matrix, codes, 37)
-    monkeypatch.setattr("scperteval._threads._available_cores", lambda: 4)
+    monkeypatch.setattr("scperteval._threads.available_cores", lambda: 4)
     assert kernel_threads() == 4
     several = GroupStats.from_chunk(matrix, codes, 37)
     np.testing.assert_array_equal(several.mean, one.mean)
@@ -50,7 +50,7 @@ def test_group_moments_do_not_depend_on_the_threads(monkeypatch):
 
 
 def test_scan_over_blocks_equals_numpy(monkeypatch):
-    monkeypatch.setattr("scperteval._threads._available_cores", lambda: 3)
+    monkeypatch.setattr("scperteval._threads.available_cores", lambda: 3)
     values = np.random.default_rng(7).normal(size=300_000).astype(np.float32)
     values[[10, 200_000]] = np.nan
     values[250_000] = np.inf

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from scperteval.engine import dispatch
+from scperteval import _threads
 from scperteval.engine.dispatch import MAX_DEFAULT_WORKERS, default_workers, resolve_workers
 
 
@@ -16,9 +16,9 @@ def test_default_workers_follow_the_cpu_affinity():
 
 
 def test_default_workers_are_capped(monkeypatch):
-    monkeypatch.setattr(dispatch.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    monkeypatch.setattr(_threads.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
     assert default_workers() == MAX_DEFAULT_WORKERS
-    monkeypatch.setattr(dispatch.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(_threads.os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert default_workers() == 1
 
 

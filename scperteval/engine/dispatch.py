@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import math
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -171,15 +170,13 @@ def default_workers() -> int:
     Returns
     -------
     int
-        The size of the process's CPU affinity set (``os.cpu_count()`` where that is
-        unknown), at least 1 and at most :data:`MAX_DEFAULT_WORKERS`.
+        :func:`scperteval._threads.available_cores`, at most
+        :data:`MAX_DEFAULT_WORKERS`.
 
     """
-    try:
-        available = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        available = os.cpu_count() or 1
-    return max(1, min(available, MAX_DEFAULT_WORKERS))
+    from scperteval._threads import available_cores
+
+    return max(1, min(available_cores(), MAX_DEFAULT_WORKERS))
 
 
 def resolve_workers(workers: int | None) -> int:
