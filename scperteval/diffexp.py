@@ -165,8 +165,7 @@ def welch_t_test(
 
     """
     moments = (n_target, mean_target, var_target, n_reference, mean_reference, var_reference)
-    statistic, dof = _welch_statistic_and_dof(moments, overestimate_variance, with_dof=True)
-    assert dof is not None
+    statistic, dof = _welch_statistic_and_dof(moments, overestimate_variance)
     with np.errstate(divide="ignore", invalid="ignore"):
         pvalue = two_sided_t_pvalues(dof, statistic)
     statistic = np.where(np.isnan(statistic), 0.0, statistic)
@@ -175,8 +174,8 @@ def welch_t_test(
 
 
 def _welch_statistic_and_dof(
-    moments: _Moments, overestimate_variance: bool, with_dof: bool
-) -> tuple[np.ndarray, np.ndarray | None]:
+    moments: _Moments, overestimate_variance: bool
+) -> tuple[np.ndarray, np.ndarray]:
     n_target, mean_target, var_target, n_reference, mean_reference, var_reference = moments
     n_ref = n_target if overestimate_variance else n_reference
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -184,8 +183,6 @@ def _welch_statistic_and_dof(
         term_reference = var_reference / n_ref
         variance = term_target + term_reference
         statistic = (mean_target - mean_reference) / np.sqrt(variance)
-        if not with_dof:
-            return statistic, None
         dof = variance**2 / (term_target**2 / (n_target - 1) + term_reference**2 / (n_ref - 1))
     return statistic, dof
 
@@ -210,7 +207,7 @@ def welch_statistic_between(
 
     """
     statistic, _ = _welch_statistic_and_dof(
-        _paired_moments(target, reference), overestimate_variance, with_dof=False
+        _paired_moments(target, reference), overestimate_variance
     )
     return np.where(np.isnan(statistic), 0.0, statistic)
 
