@@ -138,7 +138,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     timing.add_argument("--seed", type=int, default=0, help="Context seed (default 0)")
     timing.add_argument(
-        "--threads", type=int, help="numba threads for scperteval (default: numba's default)"
+        "--threads", type=int, help="threads of scperteval's kernels (default: the available cores)"
     )
     timing.add_argument("--skip-scanpy", action="store_true", help="do not run scanpy")
     timing.add_argument(
@@ -407,19 +407,26 @@ def scipy_t(
 # --------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from scperteval._threads import limit_kernel_threads
+
+    if args.threads is None:
+        return run(args)
+    with limit_kernel_threads(args.threads):
+        return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The whole benchmark, with the parsed arguments."""
     import anndata as ad
-    import numba
 
-    if args.threads is not None:
-        numba.set_num_threads(args.threads)
-
+    from scperteval._threads import kernel_threads
     from scperteval.dataset import Dataset
 
     path = dataset_path(args)
     load_before = os.getloadavg()
     print(
-        f"python {platform.python_version()}, {os.cpu_count()} CPUs, numba threads "
-        f"{numba.get_num_threads()}, load average {load_before[0]:.2f}"
+        f"python {platform.python_version()}, {os.cpu_count()} CPUs, kernel threads "
+        f"{kernel_threads()}, load average {load_before[0]:.2f}"
     )
     t_read, adata = timed(lambda: ad.read_h5ad(path))
     if not hasattr(adata.X, "indptr") or adata.X.format != "csr":
@@ -548,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         "n_perturbations": n_pert,
         "size_x_bytes": size_x,
         "repeat": args.repeat,
-        "numba_threads": int(numba.get_num_threads()),
+        "kernel_threads": kernel_threads(),
         "cpu_count": os.cpu_count(),
         "load_average": [load_before[0], load_after[0]],
         "seconds": {

@@ -12,10 +12,16 @@ import concurrent.futures as cf
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TypeVar
 
-__all__ = ["available_cores", "kernel_threads", "run_ranges", "serial_kernels"]
+__all__ = [
+    "available_cores",
+    "kernel_threads",
+    "limit_kernel_threads",
+    "run_ranges",
+    "serial_kernels",
+]
 
 T = TypeVar("T")
 
@@ -53,18 +59,36 @@ def kernel_threads() -> int:
 
 
 @contextmanager
-def serial_kernels() -> Iterator[None]:
-    """Run the kernels called from this thread on this thread only.
+def limit_kernel_threads(threads: int) -> Iterator[None]:
+    """Let the kernels called from this thread use at most ``threads`` threads.
 
-    For the small pieces of work of a task among many running in parallel,
-    handing ranges to other threads costs more than it saves.
+    Parameters
+    ----------
+    threads
+        The limit (at least 1).
+
     """
     saved = getattr(_local, "limit", None)
-    _local.limit = 1
+    _local.limit = max(1, int(threads))
     try:
         yield
     finally:
         _local.limit = saved
+
+
+def serial_kernels() -> AbstractContextManager[None]:
+    """Run the kernels called from this thread on this thread only.
+
+    For the small pieces of work of a task among many running in parallel,
+    handing ranges to other threads costs more than it saves.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        :func:`limit_kernel_threads` with a limit of 1.
+
+    """
+    return limit_kernel_threads(1)
 
 
 def _shared_pool() -> cf.ThreadPoolExecutor:

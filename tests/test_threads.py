@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import scipy.sparse as sp
 
-from scperteval._threads import kernel_threads, run_ranges, serial_kernels
+from scperteval._threads import kernel_threads, limit_kernel_threads, run_ranges, serial_kernels
 from scperteval.dataset import _scan
 from scperteval.stats import GroupStats
 
@@ -58,3 +58,13 @@ def test_scan_over_blocks_equals_numpy(monkeypatch):
     assert _scan(values) == (3, float(finite.min()), float(finite.max()), False)
     assert _scan(np.round(finite[:1000]).astype(np.float64))[3] is True
     assert _scan(np.zeros(0)) == (0, np.inf, -np.inf, True)
+
+
+def test_limit_kernel_threads_nests_and_restores():
+    outside = kernel_threads()
+    with limit_kernel_threads(3):
+        assert kernel_threads() == 3
+        with serial_kernels():
+            assert kernel_threads() == 1
+        assert kernel_threads() == 3
+    assert kernel_threads() == outside
