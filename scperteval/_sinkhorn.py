@@ -91,7 +91,9 @@ def temperature_schedule(diameter: float, blur: float, scaling: float) -> list[f
     return [diameter**2] + [float(np.exp(e)) for e in steps] + [blur**2]
 
 
-def debiased_sinkhorn(x: np.ndarray, y: np.ndarray, blur: float, scaling: float) -> float:
+def debiased_sinkhorn(
+    x: np.ndarray, y: np.ndarray, blur: float, scaling: float, diameter: float | None = None
+) -> float:
     """Debiased Sinkhorn divergence ``S_eps`` between uniform measures on two clouds.
 
     Parameters
@@ -103,6 +105,9 @@ def debiased_sinkhorn(x: np.ndarray, y: np.ndarray, blur: float, scaling: float)
         Final blur (``eps = blur^2``).
     scaling
         Ratio of successive blurs in the annealing, in (0, 1).
+    diameter
+        Length of the diagonal of the pooled clouds' bounding box, where the caller
+        has it already; computed when omitted.
 
     Returns
     -------
@@ -113,12 +118,14 @@ def debiased_sinkhorn(x: np.ndarray, y: np.ndarray, blur: float, scaling: float)
     """
     x = np.ascontiguousarray(x, dtype=np.float64)
     y = np.ascontiguousarray(y, dtype=np.float64)
-    low = np.minimum(x.min(axis=0), y.min(axis=0))
-    high = np.maximum(x.max(axis=0), y.max(axis=0))
-    diameter = float(np.linalg.norm(high - low))
+    if diameter is None:
+        low = np.minimum(x.min(axis=0), y.min(axis=0))
+        high = np.maximum(x.max(axis=0), y.max(axis=0))
+        diameter = float(np.linalg.norm(high - low))
     temperatures = temperature_schedule(diameter, blur, scaling)
 
     cost_xy = _half_squared_distances(x, y)
+    # Expanded on its own, not transposed, as geomloss does: rounding then agrees.
     cost_yx = _half_squared_distances(y, x)
     cost_xx = _half_squared_distances(x, x)
     cost_yy = _half_squared_distances(y, y)

@@ -938,7 +938,9 @@ def sinkhorn(
     if backend == "tensorized" and device is None:
         from scperteval._sinkhorn import debiased_sinkhorn
 
-        divergence = debiased_sinkhorn(x, y, blur, scaling)
+        divergence = debiased_sinkhorn(
+            x, y, blur, scaling, diameter=float(np.linalg.norm(pooled_range))
+        )
         return math.sqrt(2.0 * max(divergence, 0.0))
     loss = SamplesLoss("sinkhorn", p=2, blur=blur, scaling=scaling, debias=True, backend=backend)
     if device is not None and torch.device(device).type != "cpu":
