@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from scperteval.dataset import Condition, Dataset
 from scperteval.halves import split_halves
@@ -85,25 +86,32 @@ class GroupLayout:
         covariates = tuple(dataset.covariates)
         covariate_index = {name: i for i, name in enumerate(covariates)}
         codes = np.full(dataset.n_cells, -1, dtype=np.int64)
-        keys = np.char.add(
-            np.char.add(dataset.covariate_labels.astype(str), "\x1f"),
-            dataset.perturbation_labels.astype(str),
-        )
+        covariate_codes, covariate_names = pd.factorize(dataset.covariate_labels)
+        perturbation_codes, perturbation_names = pd.factorize(dataset.perturbation_labels)
+        covariate_code = {str(name): i for i, name in enumerate(covariate_names)}
+        perturbation_code = {str(name): i for i, name in enumerate(perturbation_names)}
+        # One integer key per (covariate, perturbation); a stable sort keeps each
+        # condition's cells in ascending order.
+        keys = covariate_codes.astype(np.int64) * len(perturbation_names) + perturbation_codes
         order = np.argsort(keys, kind="stable")
         sorted_keys = keys[order]
         for k, condition in enumerate(conditions):
-            key = f"{condition.covariate}\x1f{condition.perturbation}"
-            lo = np.searchsorted(sorted_keys, key, side="left")
-            hi = np.searchsorted(sorted_keys, key, side="right")
-            positions = np.sort(order[lo:hi])
+            key = (
+                covariate_code[condition.covariate] * len(perturbation_names)
+                + perturbation_code[condition.perturbation]
+            )
+            lo, hi = np.searchsorted(sorted_keys, [key, key + 1])
             truth, duplicate = split_halves(
-                positions, seed, condition.covariate, condition.perturbation
+                order[lo:hi], seed, condition.covariate, condition.perturbation
             )
             codes[truth] = 2 * k
             codes[duplicate] = 2 * k + 1
         controls = dataset.perturbation_labels == dataset.control_label
         for name, c in covariate_index.items():
-            codes[controls & (dataset.covariate_labels == name)] = 2 * len(conditions) + c
+            if name in covariate_code:
+                codes[controls & (covariate_codes == covariate_code[name])] = (
+                    2 * len(conditions) + c
+                )
         condition_covariate = np.array(
             [covariate_index[c.covariate] for c in conditions], dtype=np.int64
         )

@@ -224,6 +224,38 @@ def test_leave_one_out_matches_direct():
         np.testing.assert_allclose(rest.variance()[g], expected, rtol=1e-11)
 
 
+def assert_identical(actual: GroupStats, expected: GroupStats) -> None:
+    for field in ("n", "mean", "m2"):
+        np.testing.assert_array_equal(getattr(actual, field), getattr(expected, field))
+
+
+def test_merges_split_over_threads_equal_one_thread():
+    from scperteval._threads import serial_kernels
+    from scperteval.stats import PARALLEL_MERGE
+
+    rng = np.random.default_rng(8)
+    n_features = PARALLEL_MERGE // 6 + 7  # enough values for parallel feature ranges
+    stats = GroupStats(
+        n=rng.integers(0, 40, 9).astype(float),
+        mean=rng.normal(size=(9, n_features)),
+        m2=rng.exponential(size=(9, n_features)),
+    )
+    labels = np.array([0, 1, 0, 0, 1, -1, 1, 0, 2])
+    merged, rest = merge_groups(stats, labels, 3), leave_one_out(stats, np.abs(labels))
+    with serial_kernels():
+        assert_identical(merge_groups(stats, labels, 3), merged)
+        assert_identical(leave_one_out(stats, np.abs(labels)), rest)
+    # Counts are merged even without features.
+    empty = GroupStats(n=stats.n, mean=np.empty((9, 0)), m2=np.empty((9, 0)))
+    np.testing.assert_array_equal(
+        merge_groups(empty, labels, 3).n, [stats.n[labels == k].sum() for k in range(3)]
+    )
+    np.testing.assert_array_equal(
+        leave_one_out(empty, labels).n,
+        [stats.n[labels == label].sum() - stats.n[g] for g, label in enumerate(labels)],
+    )
+
+
 # ---------------------------------------------------------------- cancellation
 def cancellation_data(seed: int = 0):
     """Genes 0 and 2 are 1000 + N(0, 1e-3) and 5 + N(0, 1e-5) in groups 0-2, 0 in groups 3-4."""
