@@ -188,8 +188,6 @@ def welch_rows(
     stop_row: int,
     statistic: np.ndarray,
     pvalue: np.ndarray,
-    fallback: np.ndarray,
-    fallback_dof: np.ndarray,
 ) -> int:
     """Welch t-tests of rows ``[first_row, stop_row)`` from group moments, in one pass.
 
@@ -209,11 +207,9 @@ def welch_rows(
         The rows computed by this call.
     statistic, pvalue
         ``(rows, genes)`` outputs. When ``pvalue`` has no elements only the
-        statistics are computed.
-    fallback, fallback_dof
-        ``(rows, genes)`` boolean (all False on entry) and float outputs: where
-        :func:`two_sided_tail` does not apply, ``fallback`` is set, the degrees
-        of freedom are stored and the p-value is left for the caller.
+        statistics are computed. Where :func:`two_sided_tail` does not apply,
+        ``pvalue`` holds the negated degrees of freedom (its sign bit set, as no
+        p-value's is) for the caller to finish.
 
     Returns
     -------
@@ -258,10 +254,11 @@ def welch_rows(
                 + term_reference * term_reference / (count_reference - 1.0)
             )
             probability = two_sided_tail(dof, value)
-            if probability < 0.0:
-                fallback[row, gene] = True
-                fallback_dof[row, gene] = dof
-                left += 1
-            else:
+            if probability >= 0.0:
                 pvalue[row, gene] = probability
+            elif math.isnan(dof):
+                pvalue[row, gene] = 1.0  # the NaN rule of welch_t_test
+            else:
+                pvalue[row, gene] = -dof
+                left += 1
     return left

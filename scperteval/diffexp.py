@@ -248,8 +248,9 @@ def two_sided_t_pvalues(dof: np.ndarray, statistic: np.ndarray) -> np.ndarray:
         return 2.0 * special.stdtr(dof, -np.abs(statistic))
     flat_dof = np.ascontiguousarray(dof, dtype=float).reshape(-1)
     flat_statistic = np.ascontiguousarray(statistic, dtype=float).reshape(-1)
-    out = np.empty(flat_statistic.shape)
     n_rows = statistic.shape[0]
+    bounds = _row_blocks(flat_statistic.size, n_rows)
+    out = np.empty(flat_statistic.shape)
     per_row = flat_statistic.size // max(n_rows, 1)
 
     def block(start: int, stop: int) -> None:
@@ -258,7 +259,7 @@ def two_sided_t_pvalues(dof: np.ndarray, statistic: np.ndarray) -> np.ndarray:
             left = np.flatnonzero(out[span] < 0.0) + start * per_row
             out[left] = 2.0 * special.stdtr(flat_dof[left], -np.abs(flat_statistic[left]))
 
-    run_ranges(block, _row_blocks(out.size, n_rows))
+    run_ranges(block, bounds)
     return out.reshape(statistic.shape)
 
 
@@ -295,40 +296,36 @@ def _welch_rows(
             f"target statistics {target.mean.shape} and reference {reference.mean.shape} differ"
         )
     shape = target.mean.shape
+    bounds = _row_blocks(int(np.prod(shape)), shape[0])
     statistic = np.empty(shape)
     pvalue = np.empty(shape if with_pvalues else (0, 0))
-    fallback = np.zeros(shape if with_pvalues else (0, 0), dtype=bool)
-    fallback_dof = np.empty(fallback.shape)
     n_target, mean_target, m2_target = target.contiguous_arrays()
     n_reference, mean_reference, m2_reference = reference.contiguous_arrays()
 
-    def block(start: int, stop: int) -> int:
-        return int(
-            welch_rows(
-                n_target,
-                mean_target,
-                m2_target,
-                n_reference,
-                mean_reference,
-                m2_reference,
-                overestimate_variance,
-                start,
-                stop,
-                statistic,
-                pvalue,
-                fallback,
-                fallback_dof,
+    def block(start: int, stop: int) -> None:
+        left = welch_rows(
+            n_target,
+            mean_target,
+            m2_target,
+            n_reference,
+            mean_reference,
+            m2_reference,
+            overestimate_variance,
+            start,
+            stop,
+            statistic,
+            pvalue,
+        )
+        if left:
+            rows = pvalue[start:stop]
+            unfinished = np.signbit(rows)
+            values = 2.0 * special.stdtr(
+                -rows[unfinished], -np.abs(statistic[start:stop][unfinished])
             )
-        )
+            # Only finite statistics are left here, so welch_t_test's rule reads: NaN -> 1.
+            rows[unfinished] = np.where(np.isnan(values), 1.0, values)
 
-    if sum(run_ranges(block, _row_blocks(statistic.size, shape[0]))):
-        left = np.flatnonzero(fallback)
-        flat = pvalue.reshape(-1)
-        values = 2.0 * special.stdtr(
-            fallback_dof.reshape(-1)[left], -np.abs(statistic.reshape(-1)[left])
-        )
-        # Only finite statistics are left here, so welch_t_test's rule reads: NaN -> 1.
-        flat[left] = np.where(np.isnan(values), 1.0, values)
+    run_ranges(block, bounds)
     return statistic, pvalue
 
 
@@ -351,9 +348,10 @@ def log_fold_change(mean_target: np.ndarray, mean_reference: np.ndarray) -> np.n
     mean_target, mean_reference = np.broadcast_arrays(
         np.asarray(mean_target, dtype=float), np.asarray(mean_reference, dtype=float)
     )
-    out = np.empty(mean_target.shape)
-    if out.ndim == 0:
+    if mean_target.ndim == 0:
         return np.log2((np.expm1(mean_target) + 1e-9) / (np.expm1(mean_reference) + 1e-9))
+    bounds = _row_blocks(mean_target.size, len(mean_target))
+    out = np.empty(mean_target.shape)
 
     def block(start: int, stop: int) -> None:
         part = out[start:stop]
@@ -364,7 +362,7 @@ def log_fold_change(mean_target: np.ndarray, mean_reference: np.ndarray) -> np.n
         np.divide(part, reference, out=part)
         np.log2(part, out=part)
 
-    run_ranges(block, _row_blocks(out.size, len(out)))
+    run_ranges(block, bounds)
     return out
 
 
@@ -403,13 +401,14 @@ def adjust_pvalues(pvalues: np.ndarray) -> np.ndarray:
     from scperteval._kernels import benjamini_hochberg_rows
 
     rows = np.ascontiguousarray(pvalues).reshape(-1, pvalues.shape[-1])
+    bounds = _row_blocks(rows.size, rows.shape[0])
     out = np.empty(rows.shape)
 
     def block(start: int, stop: int) -> bool:
         order = np.argsort(rows[start:stop], axis=-1)
         return bool(benjamini_hochberg_rows(rows[start:stop], order, out[start:stop]))
 
-    if not all(run_ranges(block, _row_blocks(rows.size, rows.shape[0]))):
+    if not all(run_ranges(block, bounds)):
         raise ValueError("`ps` must include only numbers between 0 and 1.")
     return out.reshape(pvalues.shape)
 
