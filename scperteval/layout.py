@@ -93,7 +93,9 @@ class GroupLayout:
         # One integer key per (covariate, perturbation); a stable sort keeps each
         # condition's cells in ascending order.
         keys = covariate_codes.astype(np.int64) * len(perturbation_names) + perturbation_codes
-        order = np.argsort(keys, kind="stable")
+        # numpy sorts 16-bit keys by radix, several times faster than 64-bit ones.
+        small = keys.size == 0 or keys.max() < np.iinfo(np.int16).max
+        order = np.argsort(keys.astype(np.int16) if small else keys, kind="stable")
         sorted_keys = keys[order]
         for k, condition in enumerate(conditions):
             key = (
