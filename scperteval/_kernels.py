@@ -70,7 +70,8 @@ def csr_group_moments(
     canonical = True
     # Interleaved per feature (sum, its compensation, sum of squares, its
     # compensation) so that one stored entry touches one cache line.
-    sums = np.empty((n_features, 4))
+    # Zero between groups: the finishing loop below clears what it reads.
+    sums = np.zeros((n_features, 4))
     stored = np.empty(n_features, dtype=np.int64)
     for group in range(first_group, stop_group):
         start = group_starts[group]
@@ -82,7 +83,6 @@ def csr_group_moments(
             mean_row[:] = 0.0
             m2_row[:] = 0.0
             continue
-        sums[:] = 0.0
         for position in range(start, stop):
             row = order[position]
             previous = np.int64(-1)
@@ -109,6 +109,7 @@ def csr_group_moments(
         for feature in range(n_features):
             total = sums[feature, 0] - sums[feature, 1]
             sumsq = sums[feature, 2] - sums[feature, 3]
+            sums[feature, :] = 0.0
             feature_mean = total / n_rows
             spread = sumsq - total * feature_mean
             mean_row[feature] = feature_mean
