@@ -210,7 +210,7 @@ def welch_statistic_between(
 
 
 #: Below this many values, one thread computes the p-values.
-PARALLEL_PVALUES = 1 << 18
+PARALLEL_PVALUES = 1 << 15
 
 
 def _row_blocks(n_values: int, n_rows: int) -> list[int]:

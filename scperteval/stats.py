@@ -274,7 +274,7 @@ def _sorted_members(labels: np.ndarray, n_labels: int) -> tuple[np.ndarray, np.n
 
 
 #: Below this many output values, merges run on one thread.
-PARALLEL_MERGE = 1 << 18
+PARALLEL_MERGE = 1 << 15
 
 
 def _over_features(kernel: Callable[[int, int], None], n_values: int, n_features: int) -> None:

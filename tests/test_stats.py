@@ -379,6 +379,42 @@ def test_sparse_one_pass_matches_dense_two_pass():
     np.testing.assert_array_equal(stats.m2[n_groups], 0.0)  # the empty group
 
 
+@pytest.mark.parametrize("extra", [None, 0, 1, 90])
+def test_sparse_second_pass_for_few_and_many_near_constant_features(extra):
+    """Near-constant features are recomputed exactly, alone or with the whole group."""
+    from scperteval._kernels import FEW_EXACT_FEATURES
+
+    n_constant = 1 if extra is None else FEW_EXACT_FEATURES + extra
+    rng = np.random.default_rng(24)
+    n_rows, n_groups = 400, 3
+    codes = rng.integers(0, n_groups, n_rows)
+    values = random_matrix(rng, n_rows, n_constant + 20, density=0.4)
+    constant = values[:, :n_constant]
+    constant[:] = 50.0 + rng.normal(0.0, 0.05, constant.shape)
+    constant[rng.random(constant.shape) < 0.02] = 0.0  # absent from a few cells
+    stats = GroupStats.from_chunk(sp.csr_matrix(values), codes, n_groups)
+    mean, m2 = dense_two_pass(values, codes, n_groups)
+    np.testing.assert_allclose(stats.mean, mean, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(stats.m2, m2, rtol=1e-12, atol=0)
+
+
+def test_sparse_unsorted_indices_with_near_constant_feature():
+    rng = np.random.default_rng(25)
+    values = random_matrix(rng, 80, 6)
+    values[:, 2] = 1000.0 + rng.normal(0.0, 1e-3, 80)
+    codes = rng.integers(0, 3, 80)
+    matrix = sp.csr_matrix(values)
+    for row in range(matrix.shape[0]):
+        span = slice(matrix.indptr[row], matrix.indptr[row + 1])
+        matrix.indices[span] = matrix.indices[span][::-1]
+        matrix.data[span] = matrix.data[span][::-1]
+    matrix.has_sorted_indices = False
+    stats = GroupStats.from_chunk(matrix, codes, 3)
+    mean, m2 = dense_two_pass(values, codes, 3)
+    np.testing.assert_allclose(stats.mean, mean, rtol=1e-13)
+    np.testing.assert_allclose(stats.m2, m2, rtol=1e-9)
+
+
 @pytest.mark.parametrize("layout", ["unsorted", "duplicates"])
 def test_sparse_non_canonical_indices(layout):
     rng = np.random.default_rng(23)
