@@ -12,8 +12,10 @@ where ``c_n`` are the Taylor coefficients of ``(sinh(w/2) / (w/2))^(-1/2)`` in
 gammas follow by upward recurrence (all terms positive, so stable). This is the
 expansion behind Temme's and DiDonato-Morris' large-``a`` method for the
 incomplete beta, specialised to ``b = 1/2``. It is asymptotic, not convergent, so
-a value is accepted only once a term falls below ``2^-56`` of the sum, which
-bounds the truncation error by the same amount; ``log R(a)`` is its Stirling
+a value is accepted only once a term falls below ``2^-56`` of the sum while the
+terms still decrease (the size of the next terms, hence of the truncation
+error; the tests compare with 40-digit values across the whole range of use);
+``log R(a)`` is its Stirling
 series in ``1/T^2``, whose coefficients ``2 B_k(1/4) / (k (k - 1))`` (Bernoulli
 polynomials) are derived below in exact rational arithmetic.
 
