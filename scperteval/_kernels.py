@@ -61,9 +61,10 @@ def csr_group_moments(
     Parameters
     ----------
     indptr, indices, data
-        The CSR matrix (any index and value dtypes). The column indices of every
-        visited row must be strictly increasing (sorted, no duplicates); the
-        returned value says whether they were.
+        The CSR matrix (any index and value dtypes). A visited row must not hold
+        the same column twice; the returned value says whether one did. Rows need
+        not be sorted (a group with an unsorted row takes the full second pass
+        where one is needed).
     order
         Row numbers sorted by group: group ``g`` owns
         ``order[group_starts[g]:group_starts[g + 1]]``. Rows not owned by any group
@@ -80,13 +81,15 @@ def csr_group_moments(
     Returns
     -------
     bool
-        Whether every visited row's column indices were strictly increasing; when
-        not, the moments are meaningless and the caller must canonicalise the
-        matrix and call again.
+        Whether every visited row was free of duplicate column indices; when not,
+        the moments are meaningless and the caller must sum the duplicates and
+        call again.
 
     """
     n_features = mean.shape[1]
-    canonical = True
+    no_duplicates = True
+    # Last row in which each column was seen, read only for unsorted rows.
+    seen = np.full(n_features, -1, dtype=np.int64)
     # Interleaved per feature (sum, its compensation, sum of squares, its
     # compensation) so that one stored entry touches one cache line.
     # Zero between groups: the finishing loop below clears what it reads.
@@ -103,6 +106,7 @@ def csr_group_moments(
             mean_row[:] = 0.0
             m2_row[:] = 0.0
             continue
+        group_sorted = True
         for position in range(start, stop):
             row = order[position]
             previous = np.int64(-1)
@@ -123,7 +127,12 @@ def csr_group_moments(
                 sums[column, 3] = (total - sums[column, 2]) - addend
                 sums[column, 2] = total
             if not increasing:
-                canonical = False
+                group_sorted = False
+                for k in range(indptr[row], indptr[row + 1]):
+                    column = np.uintp(indices[k])
+                    if seen[column] == row:
+                        no_duplicates = False
+                    seen[column] = row
         n_flagged = 0
         means_finite = True
         for feature in range(n_features):
@@ -143,9 +152,9 @@ def csr_group_moments(
                 means_finite = False
         if n_flagged == 0:
             continue
-        if means_finite and n_flagged <= flagged.shape[0]:
-            # Usually one or two genes: find each in every row by binary search
-            # (column indices are sorted) instead of reading all the rows again.
+        if means_finite and group_sorted and n_flagged <= flagged.shape[0]:
+            # Usually one or two genes: find each in every (sorted) row by binary
+            # search instead of reading all the rows again.
             for j in range(n_flagged):
                 feature = flagged[j]
                 feature_mean = mean_row[feature]
@@ -180,7 +189,7 @@ def csr_group_moments(
                 stored[column] += 1
         for feature in range(n_features):
             m2_row[feature] += (n_rows - stored[feature]) * mean_row[feature] ** 2
-    return canonical
+    return no_duplicates
 
 
 def balanced_group_ranges(

@@ -206,8 +206,8 @@ def _sparse_moments(
         )
 
     if not all(run_ranges(moments_of, bounds)):
-        # Unsorted or duplicate column indices: the kernel checks this for free as
-        # it reads, which spares a full pass over the indices in the usual case.
+        # Duplicate column indices in a row (the kernel checks as it reads, and only
+        # in unsorted rows): their values must be summed before squaring.
         matrix = matrix.copy()
         matrix.sum_duplicates()
         run_ranges(moments_of, bounds)

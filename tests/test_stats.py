@@ -398,6 +398,29 @@ def test_sparse_second_pass_for_few_and_many_near_constant_features(extra):
     np.testing.assert_allclose(stats.m2, m2, rtol=1e-12, atol=0)
 
 
+def test_sparse_unsorted_rows_are_read_as_they_are(monkeypatch):
+    """Unsorted rows without duplicates need no canonical copy of the matrix."""
+    rng = np.random.default_rng(26)
+    values = random_matrix(rng, 120, 30, density=0.5)
+    codes = rng.integers(0, 4, 120)
+    matrix = sp.csr_matrix(values)
+    for row in range(0, matrix.shape[0], 2):
+        span = slice(matrix.indptr[row], matrix.indptr[row + 1])
+        shuffle = rng.permutation(span.stop - span.start)
+        matrix.indices[span] = matrix.indices[span][shuffle]
+        matrix.data[span] = matrix.data[span][shuffle]
+    matrix.has_sorted_indices = False
+
+    def no_copy(self, *args, **kwargs):
+        raise AssertionError("the matrix was copied")
+
+    monkeypatch.setattr(type(matrix), "copy", no_copy)
+    stats = GroupStats.from_chunk(matrix, codes, 4)
+    mean, m2 = dense_two_pass(values, codes, 4)
+    np.testing.assert_allclose(stats.mean, mean, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(stats.m2, m2, rtol=1e-12, atol=1e-13)
+
+
 def test_sparse_unsorted_indices_with_near_constant_feature():
     rng = np.random.default_rng(25)
     values = random_matrix(rng, 80, 6)
