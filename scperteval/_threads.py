@@ -17,6 +17,7 @@ from typing import TypeVar
 
 __all__ = [
     "available_cores",
+    "even_bounds",
     "kernel_threads",
     "limit_kernel_threads",
     "run_ranges",
@@ -98,6 +99,27 @@ def _shared_pool() -> cf.ThreadPoolExecutor:
                 cf.ThreadPoolExecutor(available_cores(), thread_name_prefix="scperteval-kernel")
             )
         return _pool[0]
+
+
+def even_bounds(n_items: int, max_blocks: int) -> list[int]:
+    """Boundaries of near-equal ranges of ``n_items``, one per thread a kernel may use.
+
+    Parameters
+    ----------
+    n_items
+        Number of items (rows, features, values) to split.
+    max_blocks
+        At most this many ranges (1 keeps the work on the calling thread).
+
+    Returns
+    -------
+    list of int
+        ``n_blocks + 1`` non-decreasing boundaries from 0 to ``n_items``, with
+        ``n_blocks = max(1, min(kernel_threads(), max_blocks))``.
+
+    """
+    n_blocks = max(1, min(kernel_threads(), int(max_blocks)))
+    return [block * n_items // n_blocks for block in range(n_blocks + 1)]
 
 
 def run_ranges(function: Callable[[int, int], T], bounds: Sequence[int]) -> list[T]:

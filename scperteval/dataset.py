@@ -462,12 +462,11 @@ def normalize_log1p(block: Any, target_sum: float = 1e4) -> Any:
 
 def _scan(values: np.ndarray) -> tuple[int, float, float, bool]:
     from scperteval._kernels import scan_values
-    from scperteval._threads import kernel_threads, run_ranges
+    from scperteval._threads import even_bounds, run_ranges
 
     if not values.flags.c_contiguous:
         values = np.ascontiguousarray(values)
-    n_blocks = max(1, min(kernel_threads(), values.size // 65536))
-    bounds = [block * values.size // n_blocks for block in range(n_blocks + 1)]
+    bounds = even_bounds(values.size, values.size // 65536)
     parts = run_ranges(lambda start, stop: scan_values(values[start:stop]), bounds)
     if not parts:
         return 0, math.inf, -math.inf, True

@@ -215,10 +215,9 @@ PARALLEL_PVALUES = 1 << 15
 
 def _row_blocks(n_values: int, n_rows: int) -> list[int]:
     """Boundaries of row blocks for :func:`~scperteval._threads.run_ranges`."""
-    from scperteval._threads import kernel_threads
+    from scperteval._threads import even_bounds
 
-    n_blocks = 1 if n_values < PARALLEL_PVALUES else max(1, min(kernel_threads(), n_rows))
-    return [block * n_rows // n_blocks for block in range(n_blocks + 1)]
+    return even_bounds(n_rows, 1 if n_values < PARALLEL_PVALUES else n_rows)
 
 
 def two_sided_t_pvalues(dof: np.ndarray, statistic: np.ndarray) -> np.ndarray:

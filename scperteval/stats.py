@@ -283,13 +283,12 @@ def _over_features(kernel: Callable[[int, int], None], n_values: int, n_features
     Features are independent in every merge, so each thread's values are those
     of one call over all features.
     """
-    from scperteval._threads import kernel_threads, run_ranges
+    from scperteval._threads import even_bounds, run_ranges
 
     if n_features == 0:
         kernel(0, 0)  # the counts are still merged
         return
-    n_blocks = 1 if n_values < PARALLEL_MERGE else max(1, min(kernel_threads(), n_features))
-    run_ranges(kernel, [block * n_features // n_blocks for block in range(n_blocks + 1)])
+    run_ranges(kernel, even_bounds(n_features, 1 if n_values < PARALLEL_MERGE else n_features))
 
 
 def subtract_group(total: GroupStats, part: GroupStats) -> GroupStats:

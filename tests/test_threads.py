@@ -68,3 +68,15 @@ def test_limit_kernel_threads_nests_and_restores():
             assert kernel_threads() == 1
         assert kernel_threads() == 3
     assert kernel_threads() == outside
+
+
+def test_even_bounds_cover_the_items_in_at_most_the_allowed_ranges():
+    from scperteval._threads import even_bounds, limit_kernel_threads
+
+    with limit_kernel_threads(3):
+        assert even_bounds(10, 100) == [0, 3, 6, 10]
+        assert even_bounds(10, 2) == [0, 5, 10]
+        assert even_bounds(10, 0) == [0, 10]
+        assert even_bounds(0, 5) == [0, 0, 0, 0]
+    with limit_kernel_threads(1):
+        assert even_bounds(7, 100) == [0, 7]
