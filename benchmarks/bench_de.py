@@ -12,7 +12,7 @@ default ``make_dataset.py --cells 100000 --genes 5000 --perts 500
    ``ctx.de(method="t-test", reference="rest", half="all")`` for every
    perturbation. A warm-up run (numba compile or cache load, lazy imports) comes
    first and is reported separately, not timed with the rest. The
-   :class:`~scperteval.dataset.Dataset` is built (validated) once, outside the
+   :class:`~scperteval.data.dataset.Dataset` is built (validated) once, outside the
    timed step; its time and memory are reported as information.
 3. scanpy: ``sc.tl.rank_genes_groups(adata, groupby="perturbation",
    method="t-test", reference="rest")`` on the cells of the evaluated
@@ -333,7 +333,7 @@ def run_scperteval(dataset: Any, seed: int) -> tuple[float, float, Any]:
 def kernel_cache_stats() -> str:
     """Numba cache hits/misses of the group-statistics kernel, when numba reports them."""
     try:
-        from scperteval._kernels import csr_group_moments
+        from scperteval.kernels.moments import csr_group_moments
 
         stats = csr_group_moments.stats
         hits, misses = sum(stats.cache_hits.values()), sum(stats.cache_misses.values())
@@ -407,7 +407,7 @@ def scipy_t(
 # --------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from scperteval._threads import limit_kernel_threads
+    from scperteval.kernels.threads import limit_kernel_threads
 
     if args.threads is None:
         return run(args)
@@ -419,8 +419,8 @@ def run(args: argparse.Namespace) -> int:
     """The whole benchmark, with the parsed arguments."""
     import anndata as ad
 
-    from scperteval._threads import kernel_threads
-    from scperteval.dataset import Dataset
+    from scperteval.data.dataset import Dataset
+    from scperteval.kernels.threads import kernel_threads
 
     path = dataset_path(args)
     load_before = os.getloadavg()
@@ -588,7 +588,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _layout(dataset: Any, seed: int) -> Any:
-    from scperteval.layout import GroupLayout
+    from scperteval.data.layout import GroupLayout
 
     return GroupLayout.build(dataset, seed)
 
@@ -696,9 +696,9 @@ def profile_step(dataset: Any, seed: int) -> dict[str, float]:
     ``Context._compute_group_stats``, ``GroupStats.from_chunk`` and ``Context._de``.
     """
     from scperteval.context import Context
-    from scperteval.diffexp import adjust_pvalues, log_fold_change, welch_between
-    from scperteval.layout import GroupLayout
-    from scperteval.stats import GroupStats
+    from scperteval.data.layout import GroupLayout
+    from scperteval.stats.diffexp import adjust_pvalues, log_fold_change, welch_between
+    from scperteval.stats.groups import GroupStats
 
     print("\nprofile of one scperteval step (single runs, seconds):")
     parts: dict[str, float] = {}

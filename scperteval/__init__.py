@@ -12,13 +12,15 @@ from typing import TYPE_CHECKING, Any
 from scperteval._version import __version__
 
 if TYPE_CHECKING:
-    from scperteval.api import de, load_dataset
-    from scperteval.calibration import calibrate
     from scperteval.context import Context
-    from scperteval.dataset import Dataset
+    from scperteval.data.dataset import Dataset
+    from scperteval.data.load import load_dataset
     from scperteval.engine.calibrators import Thresholds
-    from scperteval.scoring.api import report, score
     from scperteval.simulation import simulate, simulate_predictions
+    from scperteval.workflows.calibrate import calibrate
+    from scperteval.workflows.de import de
+    from scperteval.workflows.report import report
+    from scperteval.workflows.score import score
 
 __all__ = [
     "__version__",
@@ -36,15 +38,15 @@ __all__ = [
 
 _LAZY = {
     "Context": "scperteval.context",
-    "Dataset": "scperteval.dataset",
-    "de": "scperteval.api",
-    "load_dataset": "scperteval.api",
+    "Dataset": "scperteval.data.dataset",
+    "de": "scperteval.workflows.de",
+    "load_dataset": "scperteval.data.load",
     "simulate": "scperteval.simulation",
     "simulate_predictions": "scperteval.simulation",
     "Thresholds": "scperteval.engine.calibrators",
-    "calibrate": "scperteval.calibration",
-    "score": "scperteval.scoring.api",
-    "report": "scperteval.scoring.api",
+    "calibrate": "scperteval.workflows.calibrate",
+    "score": "scperteval.workflows.score",
+    "report": "scperteval.workflows.report",
 }
 
 

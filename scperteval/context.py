@@ -1,6 +1,6 @@
 """The :class:`Context`: one dataset and everything derived from it, computed once.
 
-A context owns a :class:`~scperteval.dataset.Dataset` and lazily caches the
+A context owns a :class:`~scperteval.data.dataset.Dataset` and lazily caches the
 expensive derived data: the group layout (truth halves), per-group statistics
 from one chunked pass, centroids, differential expression and DEG weights.
 Every accessor is safe to call from many threads at once: a value is computed
@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 
 from scperteval._memo import Memo
-from scperteval.dataset import Dataset
-from scperteval.de_methods import DE_METHODS
-from scperteval.diffexp import REFERENCES, DEResult, adjust_pvalues, log_fold_change
+from scperteval.data.dataset import Dataset
+from scperteval.data.layout import HALVES, GroupLayout
 from scperteval.errors import SpecError
-from scperteval.layout import HALVES, GroupLayout
 from scperteval.metrics.weights import deg_weights_from_statistic
-from scperteval.stats import GroupStats, leave_one_out, merge_groups
+from scperteval.stats.de_methods import DE_METHODS
+from scperteval.stats.diffexp import REFERENCES, DEResult, adjust_pvalues, log_fold_change
+from scperteval.stats.groups import GroupStats, leave_one_out, merge_groups
 
 __all__ = ["Context"]
 

@@ -72,7 +72,7 @@ def start_dataset_checksum(dataset: Any) -> Callable[[], str]:
     Parameters
     ----------
     dataset
-        A :class:`~scperteval.dataset.Dataset`.
+        A :class:`~scperteval.data.dataset.Dataset`.
 
     Returns
     -------

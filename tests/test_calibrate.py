@@ -14,9 +14,8 @@ from scipy import stats
 from scipy.spatial.distance import cdist
 from sklearn.metrics import r2_score, roc_auc_score
 
-from scperteval.calibration import CalibrationResult, calibrate
 from scperteval.context import Context
-from scperteval.dataset import Dataset
+from scperteval.data.dataset import Dataset
 from scperteval.engine.calibrators import Thresholds
 from scperteval.engine.dispatch import Candidate, run_protocols
 from scperteval.engine.engine import Engine
@@ -24,6 +23,7 @@ from scperteval.engine.failures import failure_counts, failure_record
 from scperteval.engine.sources import SourceData
 from scperteval.engine.suites import load_suite, resolve_protocols
 from scperteval.simulation import simulate
+from scperteval.workflows.calibrate import CalibrationResult, calibrate
 
 SEED = 0
 KEY = ["protocol", "covariate", "perturbation", "source", "source_name"]

@@ -12,7 +12,7 @@ import pytest
 
 from scperteval._memo import Memo
 from scperteval.context import Context
-from scperteval.dataset import Dataset
+from scperteval.data.dataset import Dataset
 
 COV = "cell_line"
 REQUESTS = [

@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 from scperteval.context import Context
-from scperteval.dataset import Condition, Dataset, normalize_log1p
+from scperteval.data.dataset import Condition, Dataset, normalize_log1p
 from scperteval.errors import DatasetError, ScpertevalError
 
 PERT = "perturbation"
@@ -380,3 +380,34 @@ def test_backed_equals_in_memory(sim_adata, tmp_path, sparse):
     np.testing.assert_allclose(
         subset_backed.de().statistic, subset_memory.de().statistic, rtol=1e-9, atol=1e-12
     )
+
+
+def test_load_dataset_takes_the_reading_options_once(sim_adata):
+    from scperteval.data.load import DATASET_OPTIONS, load_dataset
+
+    dataset = load_dataset(sim_adata, perturbation_key="perturbation", min_cells=3)
+    assert dataset.min_cells == 3
+    # The options are those of Dataset itself, in its order.
+    import inspect
+
+    assert DATASET_OPTIONS == tuple(inspect.signature(Dataset).parameters)[1:]
+    assert load_dataset(dataset) is dataset
+    assert load_dataset(dataset, min_cells=3) is dataset
+
+
+def test_load_dataset_refuses_unknown_and_conflicting_options(sim_adata):
+    from scperteval.data.load import load_dataset
+    from scperteval.errors import SpecError
+
+    with pytest.raises(TypeError, match="unknown dataset option 'perturbaton_key'.*perturbation_key"):
+        load_dataset(sim_adata, perturbaton_key="perturbation")  # type: ignore[call-arg]
+    dataset = Dataset(sim_adata)
+    with pytest.raises(SpecError, match="min_cells=10 differs from the open Dataset's 4"):
+        load_dataset(dataset, min_cells=10)
+
+
+def test_entry_points_reject_a_misspelt_dataset_option(sim_adata):
+    import scperteval
+
+    with pytest.raises(TypeError, match="did you mean 'covariate_key'"):
+        scperteval.calibrate(sim_adata, "mse", covariate_kye="cell_line")  # type: ignore[call-arg]

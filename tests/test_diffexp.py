@@ -11,10 +11,16 @@ import scipy.sparse as sp
 from scipy import stats
 
 from scperteval.context import Context
-from scperteval.dataset import Dataset
-from scperteval.diffexp import DE_COLUMNS, PARALLEL_PVALUES, DEResult, adjust_pvalues, welch_t_test
+from scperteval.data.dataset import Dataset
 from scperteval.errors import SpecError
 from scperteval.metrics.weights import deg_weights_from_statistic as deg_weights
+from scperteval.stats.diffexp import (
+    DE_COLUMNS,
+    PARALLEL_PVALUES,
+    DEResult,
+    adjust_pvalues,
+    welch_t_test,
+)
 
 T_TESTS = ("t-test", "t-test_overestim_var")
 REFERENCES = ("rest", "control")
@@ -470,8 +476,8 @@ def test_context_deg_weights_follow_gene_names(_sim_adata):
 def test_pvalues_in_row_blocks_equal_one_call():
     from scipy import special
 
-    from scperteval._threads import serial_kernels
-    from scperteval.diffexp import PARALLEL_PVALUES, two_sided_t_pvalues
+    from scperteval.kernels.threads import serial_kernels
+    from scperteval.stats.diffexp import PARALLEL_PVALUES, two_sided_t_pvalues
 
     rng = np.random.default_rng(4)
     shape = (7, PARALLEL_PVALUES // 5)  # above the threshold: computed in two blocks
@@ -489,8 +495,8 @@ def test_pvalues_in_row_blocks_equal_one_call():
 
 @pytest.mark.parametrize("overestimate", [False, True])
 def test_welch_statistic_between_equals_welch_between(overestimate):
-    from scperteval.diffexp import welch_between, welch_statistic_between
-    from scperteval.stats import GroupStats
+    from scperteval.stats.diffexp import welch_between, welch_statistic_between
+    from scperteval.stats.groups import GroupStats
 
     rng = np.random.default_rng(4)
     values = rng.poisson(0.7, size=(60, 9)).astype(float)

@@ -25,16 +25,16 @@ from threadpoolctl import threadpool_limits
 distributed = pytest.importorskip("distributed")
 da = pytest.importorskip("dask.array")
 
-from scperteval.calibration import calibrate  # noqa: E402
 from scperteval.cli import main  # noqa: E402
 from scperteval.context import Context  # noqa: E402
-from scperteval.dataset import Dataset  # noqa: E402
+from scperteval.data.dataset import Dataset  # noqa: E402
 from scperteval.engine.dispatch import group_statistics, task_count  # noqa: E402
 from scperteval.engine.engine import Engine  # noqa: E402
 from scperteval.engine.suites import resolve_protocols  # noqa: E402
 from scperteval.errors import MissingExtraError  # noqa: E402
-from scperteval.scoring.api import score  # noqa: E402
 from scperteval.simulation import simulate, simulate_predictions  # noqa: E402
+from scperteval.workflows.calibrate import calibrate  # noqa: E402
+from scperteval.workflows.score import score  # noqa: E402
 
 # One protocol of each kind: centroid, DE, population (energy, fast path) and
 # dataset scope (rank).

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from scipy import stats
 
 from scperteval.context import Context
-from scperteval.dataset import Dataset
+from scperteval.data.dataset import Dataset
 from scperteval.engine.engine import Engine
 from scperteval.engine.sources import SOURCES
 from scperteval.metrics import DegenerateInput

@@ -9,14 +9,14 @@ import pytest
 import scipy.sparse as sp
 from scipy import stats
 
-from scperteval.calibration import calibrate
 from scperteval.context import Context
-from scperteval.dataset import Dataset
+from scperteval.data.dataset import Dataset
 from scperteval.engine.engine import Engine
 from scperteval.engine.spaces import SPACES, resolve_space, space_is_per_condition
 from scperteval.errors import SpecError
 from scperteval.metrics import DegenerateInput
 from scperteval.simulation import simulate
+from scperteval.workflows.calibrate import calibrate
 
 SEED = 2
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scperteval.dataset import Dataset
-from scperteval.halves import derive_seed, split_halves
-from scperteval.layout import GroupLayout
+from scperteval.data.dataset import Dataset
+from scperteval.data.halves import derive_seed, split_halves
+from scperteval.data.layout import GroupLayout
 
 PERT = "perturbation"
 COV = "cell_line"

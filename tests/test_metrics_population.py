@@ -5,8 +5,8 @@ import pytest
 from scipy import sparse
 from scipy.spatial.distance import pdist
 
-from scperteval._sinkhorn import temperature_schedule
 from scperteval.errors import MissingExtraError
+from scperteval.kernels.sinkhorn import temperature_schedule
 from scperteval.metrics import (
     DegenerateInput,
     PerturbationContext,

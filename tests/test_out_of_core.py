@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from scperteval.calibration import calibrate
 from scperteval.cli import main
-from scperteval.dataset import Dataset
+from scperteval.data.dataset import Dataset
+from scperteval.data.ondisk import GAP_ROWS, DiskCSR
 from scperteval.errors import DatasetError
-from scperteval.ondisk import GAP_ROWS, DiskCSR
 from scperteval.simulation import simulate
+from scperteval.workflows.calibrate import calibrate
 
 CHUNK = 97  # not a divisor of any group size: chunks cut through perturbations
 SAMPLE = 150  # below the perturbed cells of a cell line: the sample is a scattered subset

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from scipy.spatial.distance import cdist
 
 from scperteval.context import Context
-from scperteval.dataset import Dataset
+from scperteval.data.dataset import Dataset
 from scperteval.engine.dispatch import CONTROLS, run_protocols
 from scperteval.engine.engine import Engine
 from scperteval.engine.fastpath import plan_population, population_value

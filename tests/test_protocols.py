@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import scperteval
-from scperteval.calibration import calibrate
 from scperteval.engine.protocol import CENTERINGS, Protocol
 from scperteval.engine.sources import SOURCES
 from scperteval.engine.spaces import SPACES
@@ -17,6 +16,7 @@ from scperteval.engine.suites import available_suites, load_suite, resolve_proto
 from scperteval.errors import SpecError
 from scperteval.metrics import METRICS
 from scperteval.simulation import simulate
+from scperteval.workflows.calibrate import calibrate
 
 SUITES_DIR = Path(scperteval.__file__).parent / "suites"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scperteval._rbf import NO_DIAGONAL, rbf_tile_sum
+from scperteval.kernels.rbf import NO_DIAGONAL, rbf_tile_sum
 
 
 def masked_sum(tile, scale, offset):

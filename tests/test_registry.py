@@ -230,7 +230,7 @@ def test_registry_lists_names_sorted():
 
 
 def test_a_bad_spec_fails_before_anything_is_computed():
-    from scperteval.calibration import calibrate
+    from scperteval.workflows.calibrate import calibrate
 
     calls = []
 

@@ -18,8 +18,9 @@ from scperteval.engine.calibrators import Thresholds
 from scperteval.reporting import FIGURE_NAMES, write_reports
 from scperteval.reporting.html import LEADERBOARD_ID, SIGNIFICANCE
 from scperteval.reporting.tables import latex_escape, markdown_escape
-from scperteval.scoring.api import ScoreResult, score
+from scperteval.scoring.result import ScoreResult
 from scperteval.simulation import simulate, simulate_predictions
+from scperteval.workflows.score import score
 
 pytestmark = pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")
 

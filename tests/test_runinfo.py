@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from scperteval.dataset import Dataset
+from scperteval.data.dataset import Dataset
 from scperteval.runinfo import dataset_checksum, file_checksum, start_dataset_checksum
 from scperteval.simulation import simulate
 

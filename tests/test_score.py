@@ -11,10 +11,11 @@ import pytest
 from scipy import stats
 
 from scperteval.errors import DatasetError
-from scperteval.scoring.api import report, score
 from scperteval.scoring.calibrated import bootstrap_ci, calibrated_values
 from scperteval.scoring.significance import paired_tests
 from scperteval.simulation import simulate, simulate_predictions
+from scperteval.workflows.report import report
+from scperteval.workflows.score import score
 
 FAST_PROTOCOLS = (
     "pearson_delta_ctrl_top_k,mse_top_k,weighted_mse,weighted_r2_delta_pert,"

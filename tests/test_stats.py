@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scperteval.stats import GroupStats, leave_one_out, merge_groups, subtract_group
+from scperteval.stats.groups import GroupStats, leave_one_out, merge_groups, subtract_group
 
 FORMATS = {
     "csr": sp.csr_matrix,
@@ -230,8 +230,8 @@ def assert_identical(actual: GroupStats, expected: GroupStats) -> None:
 
 
 def test_merges_split_over_threads_equal_one_thread():
-    from scperteval._threads import serial_kernels
-    from scperteval.stats import PARALLEL_MERGE
+    from scperteval.kernels.threads import serial_kernels
+    from scperteval.stats.groups import PARALLEL_MERGE
 
     rng = np.random.default_rng(8)
     n_features = PARALLEL_MERGE // 6 + 7  # enough values for parallel feature ranges
@@ -382,7 +382,7 @@ def test_sparse_one_pass_matches_dense_two_pass():
 @pytest.mark.parametrize("extra", [None, 0, 1, 90])
 def test_sparse_second_pass_for_few_and_many_near_constant_features(extra):
     """Near-constant features are recomputed exactly, alone or with the whole group."""
-    from scperteval._kernels import FEW_EXACT_FEATURES
+    from scperteval.kernels.moments import FEW_EXACT_FEATURES
 
     n_constant = 1 if extra is None else FEW_EXACT_FEATURES + extra
     rng = np.random.default_rng(24)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from scperteval._student_t import (
+from scperteval.kernels.student_t import (
     LOG_RATIO_COEFFICIENTS,
     MIN_HALF_DOF,
     SERIES_COEFFICIENTS,
@@ -99,7 +99,7 @@ def test_tail_leaves_what_it_cannot_do_exactly():
 
 
 def test_pvalues_match_scipy_everywhere():
-    from scperteval.diffexp import two_sided_t_pvalues
+    from scperteval.stats.diffexp import two_sided_t_pvalues
 
     rng = np.random.default_rng(1)
     dof = np.exp(rng.uniform(np.log(0.5), np.log(1e6), size=(40, 500)))
@@ -119,8 +119,8 @@ def test_pvalues_match_scipy_everywhere():
 
 @pytest.mark.parametrize("overestimate", [False, True])
 def test_fused_welch_equals_vectorised_formulas(overestimate):
-    from scperteval.diffexp import two_sided_t_pvalues, welch_between, welch_t_test
-    from scperteval.stats import GroupStats
+    from scperteval.stats.diffexp import two_sided_t_pvalues, welch_between, welch_t_test
+    from scperteval.stats.groups import GroupStats
 
     rng = np.random.default_rng(2)
     values = rng.poisson(1.5, size=(900, 40)).astype(float)
@@ -157,8 +157,8 @@ def test_fused_welch_equals_vectorised_formulas(overestimate):
 
 
 def test_fused_welch_small_groups_use_scipy():
-    from scperteval.diffexp import welch_between
-    from scperteval.stats import GroupStats
+    from scperteval.stats.diffexp import welch_between
+    from scperteval.stats.groups import GroupStats
 
     rng = np.random.default_rng(3)
     values = rng.normal(size=(30, 25))

@@ -7,9 +7,14 @@ import threading
 import numpy as np
 import scipy.sparse as sp
 
-from scperteval._threads import kernel_threads, limit_kernel_threads, run_ranges, serial_kernels
-from scperteval.dataset import _scan
-from scperteval.stats import GroupStats
+from scperteval.data.dataset import _scan
+from scperteval.kernels.threads import (
+    kernel_threads,
+    limit_kernel_threads,
+    run_ranges,
+    serial_kernels,
+)
+from scperteval.stats.groups import GroupStats
 
 
 def test_run_ranges_keeps_order_and_skips_empty_ranges():
@@ -42,7 +47,7 @@ def test_group_moments_do_not_depend_on_the_threads(monkeypatch):
     codes = rng.integers(0, 37, size=3000)
     with serial_kernels():
         one = GroupStats.from_chunk(matrix, codes, 37)
-    monkeypatch.setattr("scperteval._threads.available_cores", lambda: 4)
+    monkeypatch.setattr("scperteval.kernels.threads.available_cores", lambda: 4)
     assert kernel_threads() == 4
     several = GroupStats.from_chunk(matrix, codes, 37)
     np.testing.assert_array_equal(several.mean, one.mean)
@@ -50,7 +55,7 @@ def test_group_moments_do_not_depend_on_the_threads(monkeypatch):
 
 
 def test_scan_over_blocks_equals_numpy(monkeypatch):
-    monkeypatch.setattr("scperteval._threads.available_cores", lambda: 3)
+    monkeypatch.setattr("scperteval.kernels.threads.available_cores", lambda: 3)
     values = np.random.default_rng(7).normal(size=300_000).astype(np.float32)
     values[[10, 200_000]] = np.nan
     values[250_000] = np.inf
@@ -71,7 +76,7 @@ def test_limit_kernel_threads_nests_and_restores():
 
 
 def test_even_bounds_cover_the_items_in_at_most_the_allowed_ranges():
-    from scperteval._threads import even_bounds, limit_kernel_threads
+    from scperteval.kernels.threads import even_bounds, limit_kernel_threads
 
     with limit_kernel_threads(3):
         assert even_bounds(10, 100) == [0, 3, 6, 10]

@@ -405,7 +405,7 @@ def test_loss_argument_checks():
 @pytest.fixture(scope="module")
 def context():
     from scperteval.context import Context
-    from scperteval.dataset import Dataset
+    from scperteval.data.dataset import Dataset
     from scperteval.simulation import simulate
 
     adata = simulate(

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from scperteval import _threads
 from scperteval.engine.dispatch import MAX_DEFAULT_WORKERS, default_workers, resolve_workers
+from scperteval.kernels import threads
 
 
 def test_default_workers_follow_the_cpu_affinity():
@@ -16,9 +16,9 @@ def test_default_workers_follow_the_cpu_affinity():
 
 
 def test_default_workers_are_capped(monkeypatch):
-    monkeypatch.setattr(_threads.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
     assert default_workers() == MAX_DEFAULT_WORKERS
-    monkeypatch.setattr(_threads.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert default_workers() == 1
 
 

@@ -66,9 +66,9 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``scperteval calibrate``."""
-    from scperteval.calibration import calibrate
     from scperteval.engine.calibrators import Thresholds
     from scperteval.errors import SpecError
+    from scperteval.workflows.calibrate import calibrate
 
     try:
         thresholds = Thresholds.parse(args.thresholds)

@@ -52,7 +52,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``scperteval de``."""
-    from scperteval.api import de
+    from scperteval.workflows.de import de
 
     if args.example:
         from scperteval.simulation import simulate

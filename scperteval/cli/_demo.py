@@ -51,7 +51,7 @@ def add_parser(commands: Any) -> None:
 def _duplicate_cells(adata: Any, seed: int) -> Any:
     """The controls and every perturbation's technical-duplicate cells (the truth half left out)."""
     from scperteval.context import Context
-    from scperteval.dataset import Dataset
+    from scperteval.data.dataset import Dataset
 
     context = Context(Dataset(adata, covariate_key="cell_line"), seed=seed)
     layout = context.layout
@@ -62,8 +62,8 @@ def _duplicate_cells(adata: Any, seed: int) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``scperteval demo``."""
-    from scperteval.scoring.api import score
     from scperteval.simulation import simulate, simulate_predictions
+    from scperteval.workflows.score import score
 
     started = time.perf_counter()
     out = Path(args.out)

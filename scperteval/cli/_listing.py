@@ -53,7 +53,7 @@ def _registry(kind: str) -> Any:
 
         return SPACES
     if kind == "de-methods":
-        from scperteval.de_methods import DE_METHODS
+        from scperteval.stats.de_methods import DE_METHODS
 
         return DE_METHODS
     if kind == "sources":

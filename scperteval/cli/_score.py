@@ -126,7 +126,7 @@ def _print(result: Any, out: Path) -> None:
 def run_score(args: argparse.Namespace) -> int:
     """Run ``scperteval score``."""
     from scperteval.errors import SpecError
-    from scperteval.scoring.api import score
+    from scperteval.workflows.score import score
 
     if not args.pred:
         raise SpecError("give at least one model with --pred NAME=PATH (or a folder)")
@@ -156,7 +156,7 @@ def run_score(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     """Run ``scperteval report``."""
-    from scperteval.scoring.api import report
+    from scperteval.workflows.report import report
 
     result = report(
         args.folders,

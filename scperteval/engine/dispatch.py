@@ -28,7 +28,7 @@ from scperteval.engine.sources import SourceData
 from scperteval.engine.spaces import resolve_space
 from scperteval.engine.views import centering_vector, make_view, metric_context
 from scperteval.metrics import DatasetContext
-from scperteval.stats import GroupStats
+from scperteval.stats.groups import GroupStats
 
 __all__ = ["Candidate", "group_statistics", "run_protocols", "task_count", "RESULT_COLUMNS"]
 
@@ -170,11 +170,11 @@ def default_workers() -> int:
     Returns
     -------
     int
-        :func:`scperteval._threads.available_cores`, at most
+        :func:`scperteval.kernels.threads.available_cores`, at most
         :data:`MAX_DEFAULT_WORKERS`.
 
     """
-    from scperteval._threads import available_cores
+    from scperteval.kernels.threads import available_cores
 
     return max(1, min(available_cores(), MAX_DEFAULT_WORKERS))
 

@@ -8,14 +8,14 @@ A :class:`ClusterSession` adapts a :class:`distributed.Client` to what
   layout) is scattered to every worker once (``broadcast=True``). Locks, the
   store of pairwise distances and progress callbacks stay behind and are made
   afresh on arrival (the ``__getstate__`` of :class:`~scperteval.engine.engine.Engine`,
-  :class:`~scperteval.context.Context`, :class:`~scperteval.dataset.Dataset` and
+  :class:`~scperteval.context.Context`, :class:`~scperteval.data.dataset.Dataset` and
   :class:`~scperteval._memo.Memo`). Before the protocols run, one more object is
   scattered once: the merged group statistics, the plan of shared pair sums and the
   candidates (model predictions included). Tasks receive both by reference.
 - **Group statistics on the workers.** One task per chunk of
-  :meth:`~scperteval.dataset.Dataset.chunk_slices` reads the chunk from the
+  :meth:`~scperteval.data.dataset.Dataset.chunk_slices` reads the chunk from the
   worker's copy of the data and returns its partial
-  :class:`~scperteval.stats.GroupStats`; the client folds them in chunk order with
+  :class:`~scperteval.stats.groups.GroupStats`; the client folds them in chunk order with
   ``combine``, the fold of the local pass, so the statistics are bit for bit
   those of a local run.
 - **Protocol tasks on the workers**, one per (protocol, perturbation) or
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scperteval.errors import ClusterError, MissingExtraError
-from scperteval.stats import GroupStats
+from scperteval.stats.groups import GroupStats
 
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import scipy.sparse as sp
 
-from scperteval._threads import serial_kernels
 from scperteval.context import Context
-from scperteval.diffexp import DEResult
+from scperteval.data.halves import derive_seed
 from scperteval.engine.pairs import pair_backend
-from scperteval.halves import derive_seed
-from scperteval.stats import GroupStats, merge_groups, subtract_group
+from scperteval.engine.sources import SOURCES
+from scperteval.kernels.threads import serial_kernels
+from scperteval.stats.diffexp import DEResult
+from scperteval.stats.groups import GroupStats, merge_groups, subtract_group
 
 if TYPE_CHECKING:
     from scperteval.engine.featuremap import FeatureMap
@@ -346,6 +347,4 @@ class Engine:
 
     def source(self, name: str, condition: int) -> Any:
         """A registered source's data for one condition (cheap sources are not cached)."""
-        from scperteval.engine.sources import SOURCES
-
         return SOURCES.get(name).func(self, condition)

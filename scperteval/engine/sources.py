@@ -3,6 +3,8 @@
 Every source is a registered function ``f(engine, condition_index)`` returning
 a :class:`SourceData`: a centroid over all genes and, for sources made of cells,
 their positions in the dataset and their moments (for differential expression).
+``engine`` offers what :class:`SourceEngine` lists, as the run's
+:class:`~scperteval.engine.engine.Engine` does.
 Definitions follow the science notes (truth halves and controls):
 
 - leave-one-out sources never contain the evaluated perturbation's cells;
@@ -14,21 +16,67 @@ Definitions follow the science notes (truth halves and controls):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from scperteval.halves import derive_seed
+from scperteval.context import Context
+from scperteval.data.halves import derive_seed
 from scperteval.metrics._common import DegenerateInput
 from scperteval.registry import Registry
-from scperteval.stats import GroupStats
+from scperteval.stats.groups import GroupStats
 
-if TYPE_CHECKING:
-    from scperteval.engine.engine import Engine
-
-__all__ = ["SOURCES", "SourceData"]
+__all__ = ["SOURCES", "SourceData", "SourceEngine"]
 
 SOURCES = Registry("source")
+
+
+class SourceEngine(Protocol):
+    """The run's derived data that the sources are built from."""
+
+    context: Context
+    truth_half: str
+
+    @property
+    def seed(self) -> int:
+        """The run's seed."""
+        ...  # pragma: no cover
+
+    def positions(self, condition: int, half: str = "all") -> np.ndarray:
+        """Positions of a condition's cells (all, truth half or duplicate)."""
+        ...  # pragma: no cover
+
+    def dataset_means(self) -> np.ndarray:
+        """Leave-one-out mean of the perturbation centroids, per condition."""
+        ...  # pragma: no cover
+
+    def control_mean(self, condition: int) -> np.ndarray:
+        """Mean of the condition's covariate group's control cells."""
+        ...  # pragma: no cover
+
+    def covariate_index(self, condition: int) -> int:
+        """Index of the condition's covariate group."""
+        ...  # pragma: no cover
+
+    def perturbed_sample(self, covariate: int) -> tuple[np.ndarray, GroupStats]:
+        """The group's shared sample of perturbed cells and its statistics."""
+        ...  # pragma: no cover
+
+    def sample_split(self, condition: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of the shared sample outside and inside the condition."""
+        ...  # pragma: no cover
+
+    def sample_without(self, condition: int) -> GroupStats:
+        """Statistics of the shared sample without the condition's cells."""
+        ...  # pragma: no cover
+
+    def moments_of(self, positions: np.ndarray) -> GroupStats:
+        """One-group statistics of the cells at ``positions``."""
+        ...  # pragma: no cover
+
+    def control_sample(self, covariate: int) -> tuple[np.ndarray, GroupStats]:
+        """The group's seeded sample of control cells and its statistics."""
+        ...  # pragma: no cover
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,7 +96,7 @@ class SourceData:
         One-group statistics of the cells (for DE), or ``None``.
     sample
         ``(covariate index, indices)`` when the cells are the rows at ``indices`` of
-        the covariate group's perturbed sample (:meth:`Engine.perturbed_sample`), so
+        the covariate group's perturbed sample (:meth:`SourceEngine.perturbed_sample`), so
         that views can be cut from the sample's cached views; else ``None``.
 
     """
@@ -65,7 +113,7 @@ class SourceData:
         return self.positions is not None or self.rows is not None
 
 
-def _half_source(engine: Engine, condition: int, half: str) -> SourceData:
+def _half_source(engine: SourceEngine, condition: int, half: str) -> SourceData:
     context = engine.context
     return SourceData(
         centroid=context.centroids(half)[condition],
@@ -77,7 +125,7 @@ def _half_source(engine: Engine, condition: int, half: str) -> SourceData:
 @SOURCES.register(
     "truth", description="ground truth: the truth half (all cells with --truth all)", cells=True
 )
-def truth(engine: Engine, condition: int) -> SourceData:
+def truth(engine: SourceEngine, condition: int) -> SourceData:
     """The perturbation's truth half, or all its cells when scoring uncalibrated."""
     return _half_source(engine, condition, engine.truth_half)
 
@@ -85,7 +133,7 @@ def truth(engine: Engine, condition: int) -> SourceData:
 @SOURCES.register(
     "technical_duplicate", description="positive control: the other half of the cells", cells=True
 )
-def technical_duplicate(engine: Engine, condition: int) -> SourceData:
+def technical_duplicate(engine: SourceEngine, condition: int) -> SourceData:
     """The technical duplicate: the perturbation's cells outside the truth half."""
     if engine.truth_half == "all":
         raise DegenerateInput("no technical duplicate when the truth is all cells")
@@ -97,7 +145,7 @@ def technical_duplicate(engine: Engine, condition: int) -> SourceData:
     description="positive control: duplicate centroid shrunk to the dataset mean by 1 - padj",
     cells=False,
 )
-def interpolated_duplicate(engine: Engine, condition: int) -> SourceData:
+def interpolated_duplicate(engine: SourceEngine, condition: int) -> SourceData:
     """``alpha * centroid(duplicate) + (1 - alpha) * dataset mean``, ``alpha = 1 - padj``.
 
     ``padj`` is the duplicate's DE against the other perturbed cells (the
@@ -119,7 +167,7 @@ def interpolated_duplicate(engine: Engine, condition: int) -> SourceData:
     description="negative control: mean of the other perturbations' centroids",
     cells=False,
 )
-def dataset_mean(engine: Engine, condition: int) -> SourceData:
+def dataset_mean(engine: SourceEngine, condition: int) -> SourceData:
     """Mean of the centroids of the covariate group's other perturbations (leave-one-out)."""
     return SourceData(centroid=engine.dataset_means()[condition])
 
@@ -127,7 +175,7 @@ def dataset_mean(engine: Engine, condition: int) -> SourceData:
 @SOURCES.register(
     "global_mean", description="mean of all other perturbed cells of the group", cells=False
 )
-def global_mean(engine: Engine, condition: int) -> SourceData:
+def global_mean(engine: SourceEngine, condition: int) -> SourceData:
     """Cell-weighted mean of the group's other perturbed cells (leave-one-out)."""
     return SourceData(centroid=engine.context.rest_stats().mean[condition])
 
@@ -135,7 +183,7 @@ def global_mean(engine: Engine, condition: int) -> SourceData:
 @SOURCES.register(
     "control_mean", description="negative control: mean of the control cells", cells=False
 )
-def control_mean(engine: Engine, condition: int) -> SourceData:
+def control_mean(engine: SourceEngine, condition: int) -> SourceData:
     """Mean expression of the covariate group's control cells."""
     return SourceData(centroid=engine.control_mean(condition))
 
@@ -145,7 +193,7 @@ def control_mean(engine: Engine, condition: int) -> SourceData:
     description="negative control: seeded sample of other perturbed cells (capped)",
     cells=True,
 )
-def all_perturbed_sample(engine: Engine, condition: int) -> SourceData:
+def all_perturbed_sample(engine: SourceEngine, condition: int) -> SourceData:
     """The group's shared sample of perturbed cells without this perturbation's cells."""
     covariate = engine.covariate_index(condition)
     sample, _ = engine.perturbed_sample(covariate)
@@ -166,7 +214,7 @@ def all_perturbed_sample(engine: Engine, condition: int) -> SourceData:
     description="negative control: other perturbed cells, as many as the duplicate",
     cells=True,
 )
-def matched_perturbed_sample(engine: Engine, condition: int) -> SourceData:
+def matched_perturbed_sample(engine: SourceEngine, condition: int) -> SourceData:
     """A seeded subsample of :func:`all_perturbed_sample` the size of the duplicate.
 
     For estimators whose bias depends on sample size (Sinkhorn), comparing the
@@ -198,7 +246,7 @@ def matched_perturbed_sample(engine: Engine, condition: int) -> SourceData:
     description="negative control: seeded sample of control cells (capped)",
     cells=True,
 )
-def control_cells(engine: Engine, condition: int) -> SourceData:
+def control_cells(engine: SourceEngine, condition: int) -> SourceData:
     """A seeded sample (capped) of the covariate group's control cells."""
     positions, moments = engine.control_sample(engine.covariate_index(condition))
     return SourceData(centroid=moments.mean[0], positions=positions, moments=moments)
@@ -209,7 +257,7 @@ def control_cells(engine: Engine, condition: int) -> SourceData:
     description="baseline for combinations: control mean plus each single's effect",
     cells=False,
 )
-def additive(engine: Engine, condition: int) -> SourceData:
+def additive(engine: SourceEngine, condition: int) -> SourceData:
     """``mu_c + sum_s (mu_s - mu_c)`` over the singles ``s`` of a combination ``A+B``."""
     context = engine.context
     layout = context.layout

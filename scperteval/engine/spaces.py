@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scperteval.data.halves import derive_seed
 from scperteval.engine.featuremap import FeatureMap
 from scperteval.engine.pca import principal_axes
 from scperteval.errors import SpecError
-from scperteval.halves import derive_seed
 from scperteval.metrics._common import DegenerateInput
 from scperteval.registry import Registry
 

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
-from scperteval.diffexp import adjust_pvalues, welch_between, welch_statistic_between
 from scperteval.engine.featuremap import FeatureMap
 from scperteval.engine.sources import SourceData
 from scperteval.engine.spaces import space_is_per_condition
 from scperteval.metrics import DegenerateInput, DEView, PerturbationContext
 from scperteval.metrics.weights import deg_weights_from_statistic
+from scperteval.stats.diffexp import adjust_pvalues, welch_between, welch_statistic_between
 
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine

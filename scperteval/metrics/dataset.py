@@ -92,7 +92,7 @@ def _distances_of_unique(
         similarity = np.divide(dot, denominator, out=np.zeros_like(dot), where=denominator > 0)
         return 1.0 - np.clip(similarity, -1.0, 1.0)
     # l1 has no matrix-product form: one compiled pass per pair of rows.
-    from scperteval._kernels import l1_distances
+    from scperteval.kernels.distances import l1_distances
 
     out = np.empty((pred.shape[0], truth.shape[0]))
     mask = np.empty((0, 0)) if keep is None else np.ascontiguousarray(keep, dtype=np.float64)

@@ -239,8 +239,8 @@ def _pair_tiles(
     the leading columns' pairs ``j <= i`` to leave out. The arrays are reused: each
     must be consumed before the next tile is asked for.
     """
-    from scperteval._kernels import complete_distances, complete_squared_distances
-    from scperteval._rbf import NO_DIAGONAL
+    from scperteval.kernels.distances import complete_distances, complete_squared_distances
+    from scperteval.kernels.rbf import NO_DIAGONAL
 
     within = y is None
     other = x if y is None else y
@@ -292,7 +292,7 @@ def _add_tile_sums(
     transforms: Sequence[PairTransform],
     work_buffer: Float64Array,
 ) -> None:
-    from scperteval._rbf import rbf_tile_sum
+    from scperteval.kernels.rbf import rbf_tile_sum
 
     for index, (kind, scale) in enumerate(transforms):
         if kind == "rbf":
@@ -865,7 +865,7 @@ def sinkhorn(
     ``OT_eps(a, b) - (OT_eps(a, a) + OT_eps(b, b)) / 2`` between the uniform empirical
     measures as geomloss's ``SamplesLoss("sinkhorn", p=2, debias=True)`` defines and
     computes it (epsilon-scaling annealing, symmetric updates), in float64. On the
-    CPU it is solved by :func:`scperteval._sinkhorn.debiased_sinkhorn`, the same
+    CPU it is solved by :func:`scperteval.kernels.sinkhorn.debiased_sinkhorn`, the same
     algorithm compiled without torch (equal to geomloss to rounding, tested); with a
     torch device in ``ctx``, or another ``backend``, by geomloss itself.
     Its ground cost is ``||x - y||^2 / 2``, hence the factor 2: the result is in the
@@ -936,7 +936,7 @@ def sinkhorn(
     if not pooled_range.any():
         return 0.0
     if backend == "tensorized" and device is None:
-        from scperteval._sinkhorn import debiased_sinkhorn
+        from scperteval.kernels.sinkhorn import debiased_sinkhorn
 
         divergence = debiased_sinkhorn(
             x, y, blur, scaling, diameter=float(np.linalg.norm(pooled_range))

@@ -62,7 +62,7 @@ def write_reports(result: Any, folder: str | Path, figures: bool = True) -> None
     Parameters
     ----------
     result
-        A :class:`~scperteval.scoring.api.ScoreResult`.
+        A :class:`~scperteval.scoring.result.ScoreResult`.
     folder
         Output folder (created if needed). Each file is written atomically.
     figures

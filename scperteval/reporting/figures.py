@@ -71,7 +71,7 @@ def heatmap_figure(result: Any) -> Figure | None:
     Parameters
     ----------
     result
-        A :class:`~scperteval.scoring.api.ScoreResult`.
+        A :class:`~scperteval.scoring.result.ScoreResult`.
 
     Returns
     -------
@@ -148,7 +148,7 @@ def calibration_figure(result: Any) -> Figure | None:
     Parameters
     ----------
     result
-        A :class:`~scperteval.scoring.api.ScoreResult`.
+        A :class:`~scperteval.scoring.result.ScoreResult`.
 
     Returns
     -------
@@ -219,7 +219,7 @@ def draw_figures(result: Any) -> dict[str, Figure]:
     Parameters
     ----------
     result
-        A :class:`~scperteval.scoring.api.ScoreResult`.
+        A :class:`~scperteval.scoring.result.ScoreResult`.
 
     Returns
     -------

@@ -249,7 +249,7 @@ def html_report(result: Any, images: Mapping[str, tuple[bytes, str]], created: s
     Parameters
     ----------
     result
-        A :class:`~scperteval.scoring.api.ScoreResult`.
+        A :class:`~scperteval.scoring.result.ScoreResult`.
     images
         Figure name to (PNG bytes, caption), embedded as data URIs in order.
     created

@@ -133,7 +133,7 @@ def distribution_figure(result: Any) -> Figure | None:
     Parameters
     ----------
     result
-        A :class:`~scperteval.scoring.api.ScoreResult`.
+        A :class:`~scperteval.scoring.result.ScoreResult`.
 
     Returns
     -------
@@ -199,7 +199,7 @@ def positive_figure(result: Any) -> Figure | None:
     Parameters
     ----------
     result
-        A :class:`~scperteval.scoring.api.ScoreResult`.
+        A :class:`~scperteval.scoring.result.ScoreResult`.
 
     Returns
     -------

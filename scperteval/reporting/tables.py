@@ -97,7 +97,7 @@ def markdown_report(result: Any, created: str) -> str:
     Parameters
     ----------
     result
-        A :class:`~scperteval.scoring.api.ScoreResult`.
+        A :class:`~scperteval.scoring.result.ScoreResult`.
     created
         Date shown when the run information has none.
 

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import scipy.sparse as sp
 
-from scperteval.dataset import Dataset, _listing
+from scperteval.data.dataset import Dataset, _listing
 from scperteval.engine.sources import SourceData
 from scperteval.errors import DatasetError
 from scperteval.metrics import DegenerateInput
-from scperteval.stats import GroupStats
+from scperteval.stats.groups import GroupStats
 
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine

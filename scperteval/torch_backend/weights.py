@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["DEGWeights", "deg_weight_tensor"]
 
 #: A perturbation: its name, a ``(covariate, perturbation)`` pair, or a
-#: :class:`~scperteval.dataset.Condition`.
+#: :class:`~scperteval.data.dataset.Condition`.
 PerturbationKey = Any
 
 
@@ -158,7 +158,7 @@ class DEGWeights:
             (2.0 unless set otherwise).
         perturbations
             Rows to keep, in this order: names, ``(covariate, perturbation)`` pairs or
-            :class:`~scperteval.dataset.Condition` objects. ``None`` keeps every
+            :class:`~scperteval.data.dataset.Condition` objects. ``None`` keeps every
             condition of ``context.layout.conditions`` in its order.
         genes
             Gene names of the columns, in the model's order (a subset of

@@ -1,8 +1,6 @@
-"""Compiled inner loops (numba), imported only when first needed."""
+"""Per-group moments of CSR rows in one compensated pass, and one-pass value scans."""
 
 from __future__ import annotations
-
-import math
 
 import numba
 import numpy as np
@@ -208,7 +206,7 @@ def balanced_group_ranges(
     order, group_starts, n_features
         As for :func:`csr_group_moments`.
     n_workers
-        Number of ranges; :func:`scperteval._threads.kernel_threads` when omitted.
+        Number of ranges; :func:`scperteval.kernels.threads.kernel_threads` when omitted.
 
     Returns
     -------
@@ -218,7 +216,7 @@ def balanced_group_ranges(
     """
     n_groups = group_starts.shape[0] - 1
     if n_workers is None:
-        from scperteval._threads import kernel_threads
+        from scperteval.kernels.threads import kernel_threads
 
         n_workers = kernel_threads()
     n_workers = max(1, int(n_workers))
@@ -254,119 +252,3 @@ def scan_values(values: np.ndarray) -> tuple[int, float, float, bool]:
         if integral and value != np.floor(value):
             integral = False
     return nonfinite, minimum, maximum, integral
-
-
-@numba.njit(cache=True, nogil=True)
-def complete_squared_distances(
-    tile: np.ndarray, sq_a: np.ndarray, sq_b: np.ndarray, rtol: float
-) -> None:
-    """Turn ``-2 a.b`` into snapped squared distances, in place, in one pass.
-
-    ``tile[i, j]`` holds ``-2 a_i . b_j``; it becomes ``(tile + sq_a[i]) + sq_b[j]``
-    (the same additions, in the same order, as NumPy's broadcast ``+=``), set to 0
-    where it is at most ``rtol * (sq_a[i] + sq_b[j])``: rounding noise of the
-    expansion, as for coinciding points.
-    """
-    n_rows, n_columns = tile.shape
-    for i in range(n_rows):
-        norm_a = sq_a[i]
-        row = tile[i]
-        for j in range(n_columns):
-            value = row[j] + norm_a + sq_b[j]
-            if value <= rtol * (norm_a + sq_b[j]):
-                value = 0.0
-            row[j] = value
-
-
-@numba.njit(cache=True, nogil=True)
-def complete_distances(
-    tile: np.ndarray, sq_a: np.ndarray, sq_b: np.ndarray, rtol: float, out: np.ndarray
-) -> None:
-    """:func:`complete_squared_distances`, also writing the distances (square roots) to ``out``."""
-    n_rows, n_columns = tile.shape
-    for i in range(n_rows):
-        norm_a = sq_a[i]
-        row = tile[i]
-        out_row = out[i]
-        for j in range(n_columns):
-            value = row[j] + norm_a + sq_b[j]
-            if value <= rtol * (norm_a + sq_b[j]):
-                value = 0.0
-            row[j] = value
-            out_row[j] = math.sqrt(value)
-
-
-@numba.njit(cache=True, nogil=True)
-def benjamini_hochberg_rows(pvalues: np.ndarray, order: np.ndarray, out: np.ndarray) -> bool:
-    """Benjamini-Hochberg adjusted p-values of each row, written to ``out``.
-
-    The same operations, in the same order, as
-    :func:`scipy.stats.false_discovery_control` (``method="bh"``): the ``i``-th
-    smallest of ``m`` p-values times ``m / i``, the running minimum from the
-    largest down, clipped to ``[0, 1]``; so the values are identical. Ties get
-    the same adjusted value whatever their order in ``order``.
-
-    Parameters
-    ----------
-    pvalues
-        P-values, one test family per row (2-D, float64).
-    order
-        ``numpy.argsort(pvalues, axis=-1)``.
-    out
-        Array of the same shape to fill.
-
-    Returns
-    -------
-    bool
-        Whether every p-value lies in ``[0, 1]`` (False for NaN); when not, ``out``
-        is meaningless.
-
-    """
-    n_rows, n_tests = pvalues.shape
-    in_range = True
-    for row in range(n_rows):
-        running = np.inf
-        for rank in range(n_tests - 1, -1, -1):
-            test = order[row, rank]
-            value = pvalues[row, test]
-            in_range &= (value >= 0.0) & (value <= 1.0)
-            scaled = value * (n_tests / (rank + 1))
-            if scaled < running:
-                running = scaled
-            out[row, test] = min(max(running, 0.0), 1.0)
-    return in_range
-
-
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def l1_distances(pred: np.ndarray, truth: np.ndarray, keep: np.ndarray, out: np.ndarray) -> None:
-    """``out[i, j] = sum_k keep[i, k] |pred[i, k] - truth[j, k]|`` (all ``k`` if ``keep`` is empty).
-
-    One fused pass per pair of rows, with no temporary array; the order of the
-    sum is fixed, so identical rows give identical distances.
-
-    Parameters
-    ----------
-    pred, truth
-        C-contiguous float64 rows with the same number of columns.
-    keep
-        0/1 float64 mask shaped like ``pred``, or an array of size 0 for none.
-    out
-        ``(len(pred), len(truth))`` float64 array to fill.
-
-    """
-    n_pred, n_features = pred.shape
-    n_truth = truth.shape[0]
-    masked = keep.size > 0
-    for i in range(n_pred):
-        row = pred[i]
-        for j in range(n_truth):
-            other = truth[j]
-            total = 0.0
-            if masked:
-                weights = keep[i]
-                for k in range(n_features):
-                    total += weights[k] * abs(row[k] - other[k])
-            else:
-                for k in range(n_features):
-                    total += abs(row[k] - other[k])
-            out[i, j] = total

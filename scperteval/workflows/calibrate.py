@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import pandas as pd
 
-from scperteval.api import load_dataset
-from scperteval.context import Context
+from scperteval.data.load import DatasetOptions, load_dataset
 from scperteval.engine.calibrators import Thresholds, calibration_table, verdict_reasons
-from scperteval.engine.dispatch import group_statistics, resolve_workers, run_protocols, task_count
-from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS, Engine
-from scperteval.engine.failures import failure_counts, failure_lines, failure_record
+from scperteval.engine.dispatch import resolve_workers
+from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS
+from scperteval.engine.failures import failure_counts, failure_lines
 from scperteval.engine.suites import resolve_protocols
-from scperteval.progress import progress_bar
 from scperteval.runinfo import Timer, start_dataset_checksum, write_atomic, write_run_json
+from scperteval.workflows.steps import (
+    build_engine,
+    dataset_summary,
+    protocol_table,
+    run_protocol_tasks,
+)
 
 __all__ = ["calibrate", "CalibrationResult"]
 
@@ -109,15 +112,7 @@ class CalibrationResult:
 def calibrate(
     data: Any,
     protocols: Any = "default",
-    perturbation_key: str = "perturbation",
-    control_label: str = "control",
-    covariate_key: str | None = None,
-    layer: str | None = None,
-    min_cells: int = 4,
-    normalize: bool = False,
-    subset: Mapping[str, Any] | None = None,
-    backed: bool | str = "auto",
-    chunk_cells: int | None = None,
+    *,
     seed: int = 0,
     de_method: str = "t-test",
     workers: int | None = None,
@@ -128,22 +123,18 @@ def calibrate(
     precision: str = "float64",
     out: str | Path | None = None,
     progress: bool | None = None,
+    **dataset_options: Unpack[DatasetOptions],
 ) -> CalibrationResult:
     """Score each protocol's positive and negative controls and judge its calibration.
 
     Parameters
     ----------
     data
-        AnnData, path to an ``.h5ad`` file, or a :class:`~scperteval.dataset.Dataset`.
+        AnnData, path to an ``.h5ad`` file, or a :class:`~scperteval.data.dataset.Dataset`.
     protocols
         A suite name (``default``, ``miller2025``, ``ahlmann_eltze2025``,
         ``vcc2025``), a path to a TOML suite, comma-separated protocol names
         (``"pearson_delta_ctrl,mse_top_k=30"``) or a list of names / protocols.
-    perturbation_key, control_label, covariate_key, layer, min_cells, normalize, subset
-        How to read the dataset (see :class:`~scperteval.dataset.Dataset`).
-    backed, chunk_cells
-        Leave the matrices on disk and read this many cells at a time (see
-        :class:`~scperteval.dataset.Dataset`).
     seed
         Seed of the truth halves and cell samples.
     de_method
@@ -173,6 +164,10 @@ def calibrate(
         and ``run.json``.
     progress
         Show progress bars (default: when stderr is a terminal).
+    **dataset_options
+        How to read the dataset: ``perturbation_key``, ``control_label``,
+        ``covariate_key``, ``layer``, ``min_cells``, ``normalize``, ``subset``,
+        ``backed``, ``chunk_cells`` (see :class:`~scperteval.data.load.DatasetOptions`).
 
     Returns
     -------
@@ -185,72 +180,50 @@ def calibrate(
     thresholds = thresholds or Thresholds()
     chosen = resolve_protocols(protocols)
     with timer.step("load"):
-        dataset = load_dataset(
-            data,
-            perturbation_key,
-            control_label,
-            covariate_key,
-            layer,
-            min_cells,
-            normalize,
-            subset,
-            backed,
-            chunk_cells,
-        )
+        dataset = load_dataset(data, **dataset_options)
     # Only a run written to a folder records the checksum.
     checksum = start_dataset_checksum(dataset) if out is not None else None
-    engine = Engine(
-        Context(dataset, seed=seed, de_method=de_method),
+    engine = build_engine(
+        dataset,
+        seed=seed,
+        de_method=de_method,
         truth="half",
         sample_cells=sample_cells,
         device=device,
         precision=precision,
     )
     workers = resolve_workers(workers)
-    with timer.step("group_statistics"):
-        group_statistics(engine, executor)  # here, so that the timing is separate
-    n_tasks = task_count(engine, chosen)
-    with timer.step("protocols"), progress_bar("protocols", n_tasks, progress) as bar:
-        bar.unit = "tasks"
-        results = run_protocols(
-            engine, chosen, workers=workers, executor=executor, progress=bar.update
-        )
-    descriptions = pd.DataFrame([p.describe() for p in chosen])
+    results = run_protocol_tasks(
+        engine, chosen, timer, workers=workers, executor=executor, progress=progress
+    )
     meta = {p.name: {"better": p.better, "perfect": p.perfect} for p in chosen}
     with timer.step("calibration"):
         table = calibration_table(results, meta, thresholds)
-    info = {
-        "input": dataset.source,
-        "n_cells": dataset.n_cells,
-        "n_genes": dataset.n_genes,
-        "n_perturbations": len(dataset.conditions),
-        "covariates": dataset.covariates,
-        "n_failed_values": int(results["value"].isna().sum()),
-        "failures": failure_record(results),
-        "timings_seconds": timer.seconds,
+    info = {**dataset_summary(dataset, results), "timings_seconds": timer.seconds}
+    result = CalibrationResult(results, table, protocol_table(chosen), thresholds, info)
+    if out is None:
+        return result
+    assert checksum is not None
+    folder = Path(out)
+    with timer.step("write"):
+        result.write(folder)
+    info["timings_seconds"] = {**timer.seconds, "total": time.time() - started}
+    options = {
+        "protocols": [p.name for p in chosen],
+        **dataset.options(),
+        "seed": seed,
+        "de_method": de_method,
+        "workers": workers,
+        "sample_cells": sample_cells,
+        "pair_backend": engine.pairs.name,
+        "thresholds": thresholds.as_dict(),
     }
-    result = CalibrationResult(results, table, descriptions, thresholds, info)
-    if out is not None:
-        assert checksum is not None
-        folder = Path(out)
-        with timer.step("write"):
-            result.write(folder)
-        info["timings_seconds"] = {**timer.seconds, "total": time.time() - started}
-        write_run_json(
-            folder / "run.json",
-            "calibrate",
-            {
-                "protocols": [p.name for p in chosen],
-                **dataset.options(),
-                "seed": seed,
-                "de_method": de_method,
-                "workers": workers,
-                "sample_cells": sample_cells,
-                "pair_backend": engine.pairs.name,
-                "thresholds": thresholds.as_dict(),
-            },
-            input_checksum=checksum(),
-            **{k: v for k, v in info.items() if k != "input"},
-            input=dataset.source,
-        )
+    write_run_json(
+        folder / "run.json",
+        "calibrate",
+        options,
+        input_checksum=checksum(),
+        **{k: v for k, v in info.items() if k != "input"},
+        input=dataset.source,
+    )
     return result

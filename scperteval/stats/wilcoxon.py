@@ -1,28 +1,29 @@
-"""Rank-test differential expression over every condition of a context."""
+"""Rank-test differential expression of every condition of a dataset, reading its cells."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 
-from scperteval.rank_test import mann_whitney
-
-if TYPE_CHECKING:
-    from scperteval.context import Context
+from scperteval.data.dataset import Dataset
+from scperteval.data.layout import GroupLayout
+from scperteval.stats.rank_test import mann_whitney
 
 #: Genes densified at a time: bounds memory to cells x block x 8 bytes.
 GENE_BLOCK_CELLS = 20_000_000
 
 
-def wilcoxon_all(context: Context, reference: str, half: str) -> tuple[np.ndarray, np.ndarray]:
+def wilcoxon_all(
+    dataset: Dataset, layout: GroupLayout, reference: str, half: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Mann-Whitney z statistics and p-values of every condition vs its reference.
 
     Parameters
     ----------
-    context
-        The context whose dataset and layout define the cells.
+    dataset
+        The dataset whose rows are read.
+    layout
+        The statistic group of each cell (conditions, halves, controls).
     reference
         ``rest`` or ``control``.
     half
@@ -34,8 +35,6 @@ def wilcoxon_all(context: Context, reference: str, half: str) -> tuple[np.ndarra
         Statistics and p-values, shape ``(n_conditions, n_genes)``.
 
     """
-    layout = context.layout
-    dataset = context.dataset
     n_genes = dataset.n_genes
     statistic = np.zeros((layout.n_conditions, n_genes))
     pvalue = np.ones((layout.n_conditions, n_genes))

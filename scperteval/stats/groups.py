@@ -172,8 +172,8 @@ class GroupStats:
 def _sparse_moments(
     matrix: Any, codes: np.ndarray, counts: np.ndarray, n_groups: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    from scperteval._kernels import balanced_group_ranges, csr_group_moments
-    from scperteval._threads import run_ranges
+    from scperteval.kernels.moments import balanced_group_ranges, csr_group_moments
+    from scperteval.kernels.threads import run_ranges
 
     # Visiting rows group by group keeps each group's accumulators in cache and
     # lets one thread own a group. Rows with negative codes sort first and belong
@@ -248,7 +248,7 @@ def merge_groups(stats: GroupStats, labels: np.ndarray, n_out: int) -> GroupStat
         the exact multi-way decomposition ``M2 = sum M2_g + sum n_g (mean_g - mean)^2``.
 
     """
-    from scperteval._group_kernels import merge_group_rows
+    from scperteval.kernels.group_merges import merge_group_rows
 
     members, starts = _sorted_members(labels, n_out)
     n = np.empty(n_out)
@@ -283,7 +283,7 @@ def _over_features(kernel: Callable[[int, int], None], n_values: int, n_features
     Features are independent in every merge, so each thread's values are those
     of one call over all features.
     """
-    from scperteval._threads import even_bounds, run_ranges
+    from scperteval.kernels.threads import even_bounds, run_ranges
 
     if n_features == 0:
         kernel(0, 0)  # the counts are still merged
@@ -336,7 +336,7 @@ def leave_one_out(stats: GroupStats, labels: np.ndarray) -> GroupStats:
         One row per input group (no cells where a group is alone in its label).
 
     """
-    from scperteval._group_kernels import leave_one_out_rows
+    from scperteval.kernels.group_merges import leave_one_out_rows
 
     _, codes = np.unique(np.asarray(labels), return_inverse=True)
     members, starts = _sorted_members(codes.reshape(-1), int(codes.max()) + 1 if codes.size else 0)

@@ -1,97 +1,38 @@
-"""Python entry points mirroring the command line."""
+"""``scperteval.de``: differential expression of every perturbation at once."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import pandas as pd
 
 from scperteval.context import Context
-from scperteval.dataset import Dataset
+from scperteval.data.load import DatasetOptions, load_dataset
 from scperteval.progress import cell_progress, progress_bar
 from scperteval.runinfo import Timer, dataset_checksum, write_atomic, write_run_json
 
-__all__ = ["de", "load_dataset"]
-
-
-def load_dataset(
-    data: Any,
-    perturbation_key: str = "perturbation",
-    control_label: str = "control",
-    covariate_key: str | None = None,
-    layer: str | None = None,
-    min_cells: int = 4,
-    normalize: bool = False,
-    subset: Mapping[str, Any] | None = None,
-    backed: bool | str = "auto",
-    chunk_cells: int | None = None,
-) -> Dataset:
-    """Open and validate a perturbation dataset; see :class:`~scperteval.dataset.Dataset`.
-
-    Parameters
-    ----------
-    data
-        AnnData or path to an ``.h5ad`` file.
-    perturbation_key, control_label, covariate_key, layer, min_cells, normalize, subset
-        As for :class:`~scperteval.dataset.Dataset`.
-    backed, chunk_cells
-        Leave the matrices on disk and read this many cells at a time (see
-        :class:`~scperteval.dataset.Dataset`).
-
-    Returns
-    -------
-    Dataset
-        The validated dataset.
-
-    """
-    if isinstance(data, Dataset):
-        return data
-    return Dataset(
-        data,
-        perturbation_key=perturbation_key,
-        control_label=control_label,
-        covariate_key=covariate_key,
-        layer=layer,
-        min_cells=min_cells,
-        normalize=normalize,
-        subset=subset,
-        backed=backed,
-        chunk_cells=chunk_cells,
-    )
+__all__ = ["de"]
 
 
 def de(
     data: Any,
-    perturbation_key: str = "perturbation",
-    control_label: str = "control",
-    covariate_key: str | None = None,
-    layer: str | None = None,
+    *,
     method: str = "t-test",
     reference: str = "rest",
     half: str = "all",
-    min_cells: int = 4,
-    normalize: bool = False,
-    subset: Mapping[str, Any] | None = None,
-    backed: bool | str = "auto",
-    chunk_cells: int | None = None,
     seed: int = 0,
     out: str | Path | None = None,
     progress: bool | None = None,
+    **dataset_options: Unpack[DatasetOptions],
 ) -> pd.DataFrame:
     """Differential expression of every perturbation against its reference.
 
     Parameters
     ----------
     data
-        AnnData, path to an ``.h5ad`` file, or a :class:`~scperteval.dataset.Dataset`.
-    perturbation_key, control_label, covariate_key, layer, min_cells, normalize, subset
-        How to read the dataset (see :class:`~scperteval.dataset.Dataset`).
-    backed, chunk_cells
-        Leave the matrices on disk and read this many cells at a time (see
-        :class:`~scperteval.dataset.Dataset`).
+        AnnData, path to an ``.h5ad`` file, or a :class:`~scperteval.data.dataset.Dataset`.
     method
         ``t-test`` (Welch), ``t-test_overestim_var`` (scanpy's variant) or
         ``wilcoxon`` (Mann-Whitney U).
@@ -106,6 +47,10 @@ def de(
         Folder to write ``de.parquet`` and ``run.json`` to.
     progress
         Show a progress bar (default: when stderr is a terminal).
+    **dataset_options
+        How to read the dataset: ``perturbation_key``, ``control_label``,
+        ``covariate_key``, ``layer``, ``min_cells``, ``normalize``, ``subset``,
+        ``backed``, ``chunk_cells`` (see :class:`~scperteval.data.load.DatasetOptions`).
 
     Returns
     -------
@@ -125,18 +70,7 @@ def de(
     timer = Timer()
     started = time.time()
     with timer.step("load"):
-        dataset = load_dataset(
-            data,
-            perturbation_key,
-            control_label,
-            covariate_key,
-            layer,
-            min_cells,
-            normalize,
-            subset,
-            backed,
-            chunk_cells,
-        )
+        dataset = load_dataset(data, **dataset_options)
     with progress_bar("group statistics", dataset.n_cells, progress) as bar:
         context = Context(dataset, seed=seed, de_method=method, progress=cell_progress(bar))
         with timer.step("group_statistics"):

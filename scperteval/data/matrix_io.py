@@ -1,7 +1,7 @@
 """Reading expression matrices: in memory, from an ``.h5ad`` file, or a dask array.
 
-The helpers behind :class:`~scperteval.dataset.Dataset`: opening the input
-(:func:`open_data`, backed files through :mod:`scperteval.ondisk`), cutting row
+The helpers behind :class:`~scperteval.data.dataset.Dataset`: opening the input
+(:func:`open_data`, backed files through :mod:`scperteval.data.ondisk`), cutting row
 ranges and row selections out of whichever matrix type holds the data
 (:func:`read_matrix_rows`, :func:`csr_row_view`), and keeping only the matrix of
 an AnnData when it is shipped to another process (:func:`matrix_only`).
@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from scperteval.data.ondisk import DiskCSR, open_h5ad, read_rows
 from scperteval.errors import DatasetError
-from scperteval.ondisk import DiskCSR, open_h5ad, read_rows
 
 __all__ = [
     "as_rows",
@@ -142,7 +142,7 @@ def read_matrix_rows(matrix: Any, rows: np.ndarray, max_span: int) -> Any:
     ----------
     matrix
         A SciPy sparse matrix, NumPy array, dask array, or a matrix on disk
-        (:class:`~scperteval.ondisk.DiskCSR`, :class:`h5py.Dataset`).
+        (:class:`~scperteval.data.ondisk.DiskCSR`, :class:`h5py.Dataset`).
     rows
         Sorted row indices.
     max_span

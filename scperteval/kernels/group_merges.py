@@ -1,4 +1,4 @@
-"""Compiled merges of group statistics (see :mod:`scperteval.stats`).
+"""Compiled merges of group statistics (see :mod:`scperteval.stats.groups`).
 
 Each kernel performs the floating-point operations of the vectorised formulas
 it replaces in the same order, so results are identical; what it saves is the

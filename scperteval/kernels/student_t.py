@@ -194,7 +194,7 @@ def welch_rows(
     """Welch t-tests of rows ``[first_row, stop_row)`` from group moments, in one pass.
 
     The same floating-point operations, in the same order, as the vectorised
-    formulas of :func:`scperteval.diffexp.welch_t_test` on ``GroupStats``
+    formulas of :func:`scperteval.stats.diffexp.welch_t_test` on ``GroupStats``
     variances (``ddof=1``), so the statistics are identical; a NaN statistic
     becomes ``t = 0, p = 1`` and an infinite one ``p = 0``.
 

@@ -2,7 +2,7 @@
 
 Welch's t-test needs only each group's count, mean and variance per gene, so
 the statistics of every perturbation (and of its leave-one-out reference, by
-subtraction) come from one pass over the data; see :mod:`scperteval.stats`.
+subtraction) come from one pass over the data; see :mod:`scperteval.stats.groups`.
 
 Conventions, chosen to match scanpy's ``rank_genes_groups``:
 
@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from scperteval._threads import run_ranges
-from scperteval.dataset import Condition
-from scperteval.stats import GroupStats
+from scperteval.data.dataset import Condition
+from scperteval.kernels.threads import run_ranges
+from scperteval.stats.groups import GroupStats
 
 __all__ = [
     "DEResult",
@@ -214,8 +214,8 @@ PARALLEL_PVALUES = 1 << 15
 
 
 def _row_blocks(n_values: int, n_rows: int) -> list[int]:
-    """Boundaries of row blocks for :func:`~scperteval._threads.run_ranges`."""
-    from scperteval._threads import even_bounds
+    """Boundaries of row blocks for :func:`~scperteval.kernels.threads.run_ranges`."""
+    from scperteval.kernels.threads import even_bounds
 
     return even_bounds(n_rows, 1 if n_values < PARALLEL_PVALUES else n_rows)
 
@@ -224,7 +224,7 @@ def two_sided_t_pvalues(dof: np.ndarray, statistic: np.ndarray) -> np.ndarray:
     """``2 P(T_dof <= -|t|)`` elementwise: the two-sided p-values of t statistics.
 
     Computed by a compiled large-``dof`` expansion (see
-    :mod:`scperteval._student_t`) where it reaches full precision, and by
+    :mod:`scperteval.kernels.student_t`) where it reaches full precision, and by
     :func:`scipy.special.stdtr` elsewhere; both agree with high-precision values
     to about ``1e-14`` relative. Large arrays are cut into row blocks computed by
     parallel threads, with the same value for every element whatever the split.
@@ -240,7 +240,7 @@ def two_sided_t_pvalues(dof: np.ndarray, statistic: np.ndarray) -> np.ndarray:
         The p-values (NaN where the inputs are NaN).
 
     """
-    from scperteval._student_t import tail_probabilities
+    from scperteval.kernels.student_t import tail_probabilities
 
     dof, statistic = np.broadcast_arrays(np.asarray(dof, dtype=float), statistic)
     if statistic.ndim == 0:
@@ -288,7 +288,7 @@ def welch_between(
 def _welch_rows(
     target: GroupStats, reference: GroupStats, overestimate_variance: bool, with_pvalues: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    from scperteval._student_t import welch_rows
+    from scperteval.kernels.student_t import welch_rows
 
     if target.mean.shape != reference.mean.shape:
         raise ValueError(
@@ -397,7 +397,7 @@ def adjust_pvalues(pvalues: np.ndarray) -> np.ndarray:
         from scipy import stats
 
         return np.asarray(stats.false_discovery_control(pvalues, axis=-1, method="bh"))
-    from scperteval._kernels import benjamini_hochberg_rows
+    from scperteval.kernels.multiple_testing import benjamini_hochberg_rows
 
     rows = np.ascontiguousarray(pvalues).reshape(-1, pvalues.shape[-1])
     bounds = _row_blocks(rows.size, rows.shape[0])

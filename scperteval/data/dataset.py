@@ -22,15 +22,15 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from scperteval.errors import DatasetError
-from scperteval.matrix_io import (
+from scperteval.data.matrix_io import (
     csr_row_view,
     is_dask,
     matrix_only,
     open_data,
     read_matrix_rows,
 )
-from scperteval.ondisk import on_disk
+from scperteval.data.ondisk import on_disk
+from scperteval.errors import DatasetError
 
 __all__ = ["Dataset", "Condition", "COMBINATION_SEPARATOR", "DEFAULT_CHUNK_CELLS"]
 
@@ -86,7 +86,7 @@ class Dataset:
     backed
         ``True`` opens the file read-only and leaves its matrices on disk (only
         ``obs`` and ``var`` are loaded; rows are read when needed, see
-        :mod:`scperteval.ondisk`), ``False`` loads it, ``"auto"`` opens it backed
+        :mod:`scperteval.data.ondisk`), ``False`` loads it, ``"auto"`` opens it backed
         when the file is larger than a third of the available memory.
     chunk_cells
         Number of rows read at a time when streaming the matrix; by default all
@@ -217,7 +217,7 @@ class Dataset:
     def matrix(self) -> Any:
         """The expression matrix object (``X`` or the layer).
 
-        For a backed dataset, a :class:`~scperteval.ondisk.DiskCSR` or an
+        For a backed dataset, a :class:`~scperteval.data.ondisk.DiskCSR` or an
         :class:`h5py.Dataset` that reads row ranges from the file.
         """
         if self._matrices_on_disk is None and not (self.adata.isbacked and self.layer is None):
@@ -461,8 +461,8 @@ def normalize_log1p(block: Any, target_sum: float = 1e4) -> Any:
 
 
 def _scan(values: np.ndarray) -> tuple[int, float, float, bool]:
-    from scperteval._kernels import scan_values
-    from scperteval._threads import even_bounds, run_ranges
+    from scperteval.kernels.moments import scan_values
+    from scperteval.kernels.threads import even_bounds, run_ranges
 
     if not values.flags.c_contiguous:
         values = np.ascontiguousarray(values)

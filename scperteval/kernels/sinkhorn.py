@@ -17,7 +17,7 @@ and MMD using Sinkhorn divergences"), so that the values agree with it to roundi
 Running it here rather than through torch keeps the default CPU path free of a
 heavy import and of per-operation dispatch overhead: each soft-C-transform is one
 compiled pass over its cost matrix that fuses the scaling, the exponential (the
-vectorised one of :mod:`scperteval._rbf`) and the sum, with no temporary matrix.
+vectorised one of :mod:`scperteval.kernels.rbf`) and the sum, with no temporary matrix.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import math
 import numba
 import numpy as np
 
-from scperteval._rbf import _powers_of_two, _products_sum, _reduced_exponentials
+from scperteval.kernels.rbf import _powers_of_two, _products_sum, _reduced_exponentials
 
 __all__ = ["debiased_sinkhorn", "temperature_schedule"]
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from scperteval.dataset import Condition, Dataset
-from scperteval.halves import split_halves
+from scperteval.data.dataset import Condition, Dataset
+from scperteval.data.halves import split_halves
 
 __all__ = ["GroupLayout", "HALVES"]
 

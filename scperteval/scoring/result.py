@@ -1,0 +1,103 @@
+"""The result of scoring models: tables, leaderboard, run record, and how they are written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from scperteval.engine.calibrators import Thresholds
+from scperteval.engine.failures import failure_counts
+from scperteval.reporting import write_reports
+from scperteval.runinfo import write_atomic, write_run_json
+from scperteval.scoring.derive import Derived
+
+__all__ = ["PROTOCOL_FILE", "RESULT_FILE", "RUN_FILE", "ScoreResult"]
+
+RESULT_FILE = "results.parquet"
+RUN_FILE = "run.json"
+PROTOCOL_FILE = "protocols.csv"
+
+
+@dataclass
+class ScoreResult:
+    """Scores of models and baselines, their calibration and the leaderboard.
+
+    Attributes
+    ----------
+    results
+        Tidy per-perturbation values of every model, baseline and control:
+        ``covariate, perturbation, protocol, source, source_name, value, reason,
+        calibrated``.
+    calibration
+        DRF/BDS per protocol and covariate group (empty in plain mode).
+    protocols
+        Description of each protocol.
+    aggregates
+        Per protocol and entry: n, mean, median and bootstrap 95% CIs.
+    leaderboard
+        The :class:`~scperteval.scoring.leaderboard.Leaderboard`.
+    tests
+        Paired one-sided tests against the negative baselines.
+    thresholds
+        The trust thresholds used.
+    info
+        Run information (data checksum, seed, options, coverage, timings).
+
+    """
+
+    results: pd.DataFrame
+    calibration: pd.DataFrame
+    protocols: pd.DataFrame
+    aggregates: pd.DataFrame
+    leaderboard: Any
+    tests: pd.DataFrame
+    thresholds: Thresholds
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def _repr_html_(self) -> str:
+        return str(self.leaderboard._repr_html_())
+
+    def __repr__(self) -> str:
+        return repr(self.leaderboard)
+
+    def write(self, folder: str | Path, figures: bool = True) -> None:
+        """Write every table, the reports and ``run.json`` into ``folder``."""
+        folder = Path(folder)
+        write_atomic(folder / RESULT_FILE, lambda p: self.results.to_parquet(p, index=False))
+        write_atomic(folder / PROTOCOL_FILE, lambda p: self.protocols.to_csv(p, index=False))
+        if not self.calibration.empty:
+            write_atomic(
+                folder / "calibration.csv", lambda p: self.calibration.to_csv(p, index=False)
+            )
+        write_atomic(folder / "aggregates.csv", lambda p: self.aggregates.to_csv(p, index=False))
+        write_atomic(folder / "tests.csv", lambda p: self.tests.to_csv(p, index=False))
+        failures = failure_counts(self.results)
+        write_atomic(folder / "failures.csv", lambda p: failures.to_csv(p, index=False))
+        write_atomic(
+            folder / "leaderboard.csv", lambda p: self.leaderboard.table.to_csv(p, index=False)
+        )
+        write_reports(self, folder, figures=figures)
+        write_run_json(folder / RUN_FILE, self.info.get("command", "score"), self.info)
+
+    @classmethod
+    def from_derived(
+        cls,
+        derived: Derived,
+        protocols: pd.DataFrame,
+        thresholds: Thresholds,
+        info: dict[str, Any],
+    ) -> ScoreResult:
+        """A run's result from its derived tables (:func:`~scperteval.scoring.derive.derive`)."""
+        return cls(
+            results=derived.results,
+            calibration=derived.calibration,
+            protocols=protocols,
+            aggregates=derived.aggregates,
+            leaderboard=derived.leaderboard,
+            tests=derived.tests,
+            thresholds=thresholds,
+            info=info,
+        )
