@@ -7,6 +7,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from scperteval.errors import SpecError
+
 
 def add_dataset_options(parser: argparse.ArgumentParser) -> None:
     """Options that say how to read the perturbation dataset."""
@@ -53,7 +55,7 @@ def parse_subset(items: Sequence[str]) -> dict[str, Any]:
     for item in items:
         column, sep, value = item.partition("=")
         if not sep or not column:
-            raise SystemExit(f"scperteval: --subset expects COLUMN=VALUE, got {item!r}")
+            raise SpecError(f"--subset expects COLUMN=VALUE, got {item!r}")
         subset[column] = value.split(",")
     return subset
 
