@@ -1,0 +1,337 @@
+"""``pairwise`` and ``onesided``: distances between groups of cells of an AnnData."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from scperteval.distances._base import Distance, Group, resolve_distance
+from scperteval.distances._features import ALL, GroupedCells, group_cells
+from scperteval.distances._kernel import PairKernelDistance
+from scperteval.errors import DatasetError, SpecError
+from scperteval.kernels.threads import kernel_threads
+
+__all__ = ["onesided", "pairwise"]
+
+
+def _groups_of(cells: GroupedCells) -> dict[str, Group]:
+    """Every group shifted by the mean of all cells compared together."""
+    arrays = [cells.cells[label] for label in cells.groups]
+    total = sum(a.shape[0] for a in arrays)
+    shift = sum(a.sum(axis=0) for a in arrays) / total if total else None
+    return {label: Group(cells.cells[label], shift) for label in cells.groups}
+
+
+def fitted(distance: Distance, groups: Sequence[Group]) -> Distance:
+    """The distance with any data-driven parameter (a bandwidth) resolved on ``groups``."""
+    fit = getattr(distance, "fit", None)
+    return fit(groups) if fit is not None else distance  # type: ignore[no-any-return]
+
+
+def _pairwise_only(distance: Distance, where: str) -> None:
+    """Refuse a distance defined only over all groups at once (classifier projection)."""
+    if hasattr(distance, "onesided_all"):
+        raise SpecError(
+            f"{distance.name} compares all groups at once: onesided() has it, {where}() not"
+        )
+
+
+def _between(task: tuple[Distance, Group, Group]) -> float:
+    measure, x, y = task
+    return measure.between(x, y)
+
+
+def _batchable(measure: Distance) -> bool:
+    return isinstance(measure, PairKernelDistance) and measure.batched() and measure.symmetric
+
+
+def _stack(measure: PairKernelDistance, groups: Sequence[Group]) -> tuple[np.ndarray, np.ndarray]:
+    """The groups' cells one after the other, and the row where each starts (and the end)."""
+    used = [measure.cells_of(g) for g in groups]
+    width = used[0].shape[1] if used else 0
+    stacked = np.vstack(used) if used else np.zeros((0, width))
+    offsets = np.concatenate([[0], np.cumsum([u.shape[0] for u in used])]).astype(np.int64)
+    return stacked, offsets
+
+
+def _batched_table(
+    measure: PairKernelDistance, groups: Sequence[Group], n_jobs: int | None
+) -> np.ndarray:
+    """The symmetric table, each row's cross sums from one batched call."""
+    from scperteval.metrics.population import single_threaded_blas
+
+    stacked, offsets = _stack(measure, groups)
+    count = len(groups)
+    table = np.zeros((count, count))
+
+    def row(i: int) -> None:
+        first = int(offsets[i + 1])
+        sums = measure.cross_sums(groups[i], stacked[first:], offsets[i + 1 : count] - first)
+        within_x, diag_x = measure.within(groups[i])
+        for k, j in enumerate(range(i + 1, count)):
+            within_y, diag_y = measure.within(groups[j])
+            value = measure.combine(
+                float(sums[k]), within_x, within_y, diag_x, diag_y, groups[i].n, groups[j].n
+            )
+            table[i, j] = table[j, i] = value
+
+    with single_threaded_blas():
+        _run(list(range(count)), row, n_jobs)
+    return table
+
+
+def _batched_column(
+    measure: PairKernelDistance, groups: Sequence[Group], reference: Group
+) -> list[float]:
+    """``d(group, reference)`` for every group, the cross sums from one batched call."""
+    from scperteval.metrics.population import single_threaded_blas
+
+    stacked, offsets = _stack(measure, groups)
+    with single_threaded_blas():
+        sums = measure.cross_sums(reference, stacked, offsets[:-1], parallel=True)
+    within_y, diag_y = measure.within(reference)
+    values = []
+    for k, group in enumerate(groups):
+        within_x, diag_x = measure.within(group)
+        values.append(
+            measure.combine(
+                float(sums[k]), within_x, within_y, diag_x, diag_y, group.n, reference.n
+            )
+        )
+    return values
+
+
+def _run(tasks: Sequence[Any], function: Any, n_jobs: int | None) -> list[Any]:
+    workers = kernel_threads() if n_jobs is None else max(1, int(n_jobs))
+    if workers <= 1 or len(tasks) <= 1:
+        return [function(task) for task in tasks]
+    with cf.ThreadPoolExecutor(workers, thread_name_prefix="scperteval-distance") as pool:
+        return list(pool.map(function, tasks))
+
+
+def _prepare(distance: Distance, groups: Mapping[str, Group], n_jobs: int | None) -> None:
+    for label, group in groups.items():
+        if group.n < distance.min_cells:
+            raise DatasetError(
+                f"group {label!r} has {group.n} cell(s); {distance.name} needs at least "
+                f"{distance.min_cells}"
+            )
+    _run(list(groups.values()), distance.prepare, n_jobs)
+
+
+def _read(
+    adata: Any, groupby: str, groups: Sequence[str] | None, reading: dict[str, Any]
+) -> list[GroupedCells]:
+    return group_cells(adata, groupby, groups=groups, **reading)
+
+
+def _index(
+    covariate_key: str | None, covariate: str, labels: Sequence[str], groupby: str
+) -> pd.Index:
+    if covariate_key is None:
+        return pd.Index(list(labels), name=groupby)
+    return pd.MultiIndex.from_product([[covariate], list(labels)], names=[covariate_key, groupby])
+
+
+def pairwise(
+    adata: Any,
+    groupby: str,
+    metric: Any = "edistance",
+    *,
+    groups: Sequence[str] | None = None,
+    obsm_key: str | None = None,
+    layer: str | None = None,
+    space: str | None = None,
+    covariate_key: str | None = None,
+    subset: Mapping[str, Any] | None = None,
+    n_jobs: int | None = None,
+) -> pd.DataFrame:
+    """Distance between every two groups of cells.
+
+    Parameters
+    ----------
+    adata
+        An :class:`anndata.AnnData`.
+    groupby
+        ``obs`` column of the group labels.
+    metric
+        A distance name (:data:`~scperteval.distances.DISTANCES`) or spec with options, e.g.
+        ``"mmd(kernel='linear')"``, or a :class:`Distance`.
+    groups
+        The groups to compare, in this order (all by default, in order of appearance).
+    obsm_key, layer, space
+        The feature space (see :func:`~scperteval.distances.group_cells`): an
+        ``obsm`` embedding, a layer, or ``"pca(k=50)"`` / ``"hvg(k=2000)"`` /
+        ``"full"`` fitted on ``X`` (or ``layer``). By default ``obsm["X_pca"]`` when
+        present, else ``"pca(k=50)"``.
+    covariate_key
+        Compare groups only within each value of this ``obs`` column.
+    subset
+        Keep only cells whose ``obs`` values match, e.g. ``{"dataset": "norman19"}``.
+    n_jobs
+        Threads (default: the cores available to scperteval's kernels).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Groups x groups, 0 on the diagonal; row ``x``, column ``y`` holds
+        ``d(x, y)`` (both orders computed for asymmetric distances). With
+        ``covariate_key``, the rows are indexed by (covariate, group) and groups
+        absent from a covariate are NaN.
+
+    Raises
+    ------
+    SpecError
+        For an unknown distance, option or feature space.
+    DatasetError
+        For a missing column or group, too few cells, or non-finite values.
+
+    Examples
+    --------
+    >>> import numpy as np, anndata as ad, pandas as pd
+    >>> from scperteval.distances import pairwise
+    >>> a = ad.AnnData(np.array([[0.0], [0.0], [3.0], [3.0]]))
+    >>> a.obs["g"] = pd.Categorical(["a", "a", "b", "b"])
+    >>> pairwise(a, "g", "euclidean", layer=None, space="full").loc["a", "b"]
+    3.0
+
+    """
+    distance = resolve_distance(metric)
+    _pairwise_only(distance, "pairwise")
+    reading = _reading(obsm_key, layer, space, covariate_key, subset)
+    frames = []
+    for cells in _read(adata, groupby, groups, reading):
+        by_label = _groups_of(cells)
+        measure = fitted(distance, list(by_label.values()))
+        _prepare(measure, by_label, n_jobs)
+        labels = cells.groups
+        pairs = [
+            (i, j)
+            for i in range(len(labels))
+            for j in range(len(labels))
+            if i != j and (i < j or not measure.symmetric)
+        ]
+        if _batchable(measure):
+            table = _batched_table(measure, [by_label[g] for g in labels], n_jobs)  # type: ignore[arg-type]
+        else:
+            tasks = [(measure, by_label[labels[i]], by_label[labels[j]]) for i, j in pairs]
+            values = _run(tasks, _between, n_jobs)
+            table = np.zeros((len(labels), len(labels)))
+            for (i, j), value in zip(pairs, values, strict=True):
+                table[i, j] = value
+                if measure.symmetric:
+                    table[j, i] = value
+        frame = pd.DataFrame(
+            table, index=_index(covariate_key, cells.covariate, labels, groupby), columns=labels
+        )
+        frame.columns.name = groupby
+        frames.append(frame)
+    result = frames[0] if len(frames) == 1 else pd.concat(frames)
+    if covariate_key is not None:
+        order = list(dict.fromkeys(label for frame in frames for label in frame.columns))
+        result = result.reindex(columns=order)
+    result.attrs["metric"] = distance.name
+    return result
+
+
+def _reading(
+    obsm_key: str | None,
+    layer: str | None,
+    space: str | None,
+    covariate_key: str | None,
+    subset: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    return {
+        "obsm_key": obsm_key,
+        "layer": layer,
+        "space": space,
+        "covariate_key": covariate_key,
+        "subset": subset,
+    }
+
+
+def onesided(
+    adata: Any,
+    groupby: str,
+    reference: str,
+    metric: Any = "edistance",
+    *,
+    groups: Sequence[str] | None = None,
+    obsm_key: str | None = None,
+    layer: str | None = None,
+    space: str | None = None,
+    covariate_key: str | None = None,
+    subset: Mapping[str, Any] | None = None,
+    n_jobs: int | None = None,
+) -> pd.Series:
+    """Distance from every group to one reference group (e.g. the controls).
+
+    Only the pairs (group, reference) are computed, and the reference's own
+    summaries once.
+
+    Parameters
+    ----------
+    adata, groupby, metric, obsm_key, layer, space, covariate_key, subset, n_jobs
+        As for :func:`pairwise`.
+    reference
+        The reference group's label; with ``covariate_key`` it must have cells in
+        every covariate value.
+    groups
+        The groups to measure (all by default); the reference is always read.
+
+    Returns
+    -------
+    pandas.Series
+        ``d(group, reference)`` per group, the reference itself at 0; indexed by
+        group, or by (covariate, group) with ``covariate_key``.
+
+    Raises
+    ------
+    SpecError
+        For an unknown distance, option or feature space.
+    DatasetError
+        For a missing reference or group, too few cells, or non-finite values.
+
+    """
+    distance = resolve_distance(metric)
+    reference = str(reference)
+    wanted = None if groups is None else list(dict.fromkeys([*map(str, groups), reference]))
+    reading = _reading(obsm_key, layer, space, covariate_key, subset)
+    parts = []
+    for cells in _read(adata, groupby, wanted, reading):
+        if reference not in cells.cells:
+            where = "" if cells.covariate == ALL else f" in {covariate_key}={cells.covariate!r}"
+            raise DatasetError(f"reference group {reference!r} has no cell{where}")
+        by_label = _groups_of(cells)
+        measure = fitted(distance, list(by_label.values()))
+        labels = [g for g in cells.groups if groups is None or g in set(map(str, groups))]
+        used = {label: by_label[label] for label in {*labels, reference}}
+        _prepare(measure, used, n_jobs)
+        others = [label for label in labels if label != reference]
+        joint = getattr(measure, "onesided_all", None)
+        if joint is not None:
+            value_of = joint(by_label, reference, others)
+        elif _batchable(measure):
+            values = _batched_column(
+                measure,  # type: ignore[arg-type]
+                [by_label[g] for g in others],
+                by_label[reference],
+            )
+            value_of = dict(zip(others, values, strict=True))
+        else:
+            tasks = [(measure, by_label[g], by_label[reference]) for g in others]
+            values = _run(tasks, _between, n_jobs)
+            value_of = dict(zip(others, values, strict=True))
+        series = pd.Series(
+            [value_of.get(label, 0.0) for label in labels],
+            index=_index(covariate_key, cells.covariate, labels, groupby),
+            dtype=float,
+        )
+        parts.append(series)
+    result = parts[0] if len(parts) == 1 else pd.concat(parts)
+    result.name = f"{distance.name} to {reference}"
+    return result

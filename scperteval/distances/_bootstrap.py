@@ -1,0 +1,232 @@
+"""Bootstrap intervals of the distance of every group to a reference, group sizes kept.
+
+Replicate ``b`` resamples, with replacement, ``n`` cells of the group and ``m`` of the
+reference (their own sizes): the group's draws are ``rng.integers(0, n, (B, n))``
+with ``rng`` seeded by ``derive_seed(seed, "bootstrap", covariate, group)``, the
+reference's ``rng.integers(0, m, (B, m))`` seeded by the reference's name, so that
+one resampled reference per replicate serves every group. The interval is the
+percentile interval of the replicates.
+
+For distances built from pair sums the pair matrices are formed once: with ``c``
+the multiplicities of the cells in a replicate, the sum over its ordered pairs of
+distinct draws is ``c^T K c - c . diag(K)`` and its cross sum ``c_x^T K_xy c_y``.
+The reference's within sums of all replicates are computed once for all groups.
+Other distances are recomputed on each resample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from scperteval.data.halves import derive_seed
+from scperteval.distances._api import _groups_of, _pairwise_only, _prepare, _reading, _run, fitted
+from scperteval.distances._base import Distance, Group, resolve_distance
+from scperteval.distances._features import ALL, group_cells
+from scperteval.distances._kernel import PairKernelDistance
+from scperteval.distances._mmd import MMD
+from scperteval.errors import DatasetError, SpecError
+
+__all__ = ["bootstrap", "bootstrap_draws"]
+
+#: Largest pair matrix formed at once by the bootstrap (bytes).
+MAX_MATRIX_BYTES = 256 * 2**20
+
+
+def bootstrap_draws(seed: int, covariate: str, group: str, n_cells: int, count: int) -> np.ndarray:
+    """The resampled cell indices of one group: ``count x n_cells``, with replacement.
+
+    Parameters
+    ----------
+    seed
+        The bootstrap's seed.
+    covariate, group
+        Names the draws are derived from (:data:`ALL` without covariates).
+    n_cells
+        The group's size (and the size of every resample).
+    count
+        Number of replicates.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 indices into the group's cells.
+
+    """
+    rng = np.random.default_rng(derive_seed(int(seed), "bootstrap", str(covariate), str(group)))
+    return rng.integers(0, int(n_cells), size=(int(count), int(n_cells)))
+
+
+def _multiplicities(draws: np.ndarray, n_cells: int) -> np.ndarray:
+    rows = np.repeat(np.arange(draws.shape[0]), draws.shape[1])
+    counts = np.zeros((draws.shape[0], n_cells))
+    np.add.at(counts, (rows, draws.ravel()), 1.0)
+    return counts
+
+
+def _within(
+    measure: PairKernelDistance, cells: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per replicate: the sum over ordered pairs of draws (diagonal included), and the diagonal."""
+    matrix = measure.pair_matrix(cells)
+    diagonal = measure.diagonal(cells)
+    # Pairs of two draws of one cell hold k(c, c), like the diagonal.
+    full = np.einsum("bi,bi->b", counts @ matrix, counts)
+    diag = counts @ diagonal
+    return full, diag
+
+
+def _kernel_replicates(
+    measure: PairKernelDistance,
+    x: Group,
+    x_counts: np.ndarray,
+    y_cells: np.ndarray,
+    y_counts: np.ndarray,
+    y_within: tuple[np.ndarray, np.ndarray],
+) -> np.ndarray:
+    x_cells = x.centred if measure.shift_invariant else x.cells
+    within_x, diag_x = _within(measure, x_cells, x_counts)
+    cross = np.einsum("bi,bi->b", x_counts @ measure.pair_matrix(x_cells, y_cells), y_counts)
+    within_y, diag_y = y_within
+    values = measure.combine(cross, within_x, within_y, diag_x, diag_y, x.n, len(y_cells))  # type: ignore[arg-type]
+    return np.asarray(values, dtype=np.float64)
+
+
+def _check(n_bootstrap: int, confidence: float) -> None:
+    if isinstance(n_bootstrap, bool) or int(n_bootstrap) < 2:
+        raise SpecError(f"n_bootstrap must be an integer of at least 2, got {n_bootstrap!r}")
+    if not 0 < float(confidence) < 1:
+        raise SpecError(f"confidence must lie in (0, 1), got {confidence!r}")
+
+
+def bootstrap(
+    adata: Any,
+    groupby: str,
+    reference: str,
+    metric: Any = "edistance",
+    *,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    groups: Sequence[str] | None = None,
+    obsm_key: str | None = None,
+    layer: str | None = None,
+    space: str | None = None,
+    covariate_key: str | None = None,
+    subset: Mapping[str, Any] | None = None,
+    n_jobs: int | None = None,
+    max_matrix_bytes: int = MAX_MATRIX_BYTES,
+) -> pd.DataFrame:
+    """Percentile bootstrap interval of the distance of every group to the reference.
+
+    Parameters
+    ----------
+    adata, groupby, reference, metric, groups, obsm_key, layer, space, covariate_key, subset
+        As for :func:`~scperteval.distances.onesided`.
+    n_bootstrap
+        Replicates (at least 2).
+    seed
+        Seed the draws of each group and of the reference are derived from.
+    confidence
+        Coverage of the interval, e.g. 0.95 for the 2.5 % and 97.5 % percentiles.
+    n_jobs
+        Threads over groups (default: the cores available to scperteval's kernels).
+    max_matrix_bytes
+        Largest pair matrix formed for the shortcut; larger groups are resampled
+        and recomputed one replicate at a time.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group other than the reference, with ``distance`` (on the cells
+        as they are), ``mean`` and ``std`` of the replicates, and ``low`` and
+        ``high``; the reference's row is left out.
+
+    Raises
+    ------
+    SpecError
+        For a bad option, distance or space.
+    DatasetError
+        For a missing reference or group, or too few cells.
+
+    """
+    _check(n_bootstrap, confidence)
+    distance = resolve_distance(metric)
+    _pairwise_only(distance, "bootstrap")
+    reference = str(reference)
+    wanted = None if groups is None else list(dict.fromkeys([*map(str, groups), reference]))
+    reading = _reading(obsm_key, layer, space, covariate_key, subset)
+    tail = (1.0 - float(confidence)) / 2.0
+    rows: list[dict[str, Any]] = []
+    index: list[Any] = []
+    for cells in group_cells(adata, groupby, groups=wanted, **reading):
+        if reference not in cells.cells:
+            where = "" if cells.covariate == ALL else f" in {covariate_key}={cells.covariate!r}"
+            raise DatasetError(f"reference group {reference!r} has no cell{where}")
+        by_label = _groups_of(cells)
+        measure = fitted(distance, list(by_label.values()))
+        if isinstance(measure, MMD) and measure.bandwidth == "pair_median":
+            raise SpecError("bootstrap needs one kernel for all replicates: give a bandwidth")
+        labels = [g for g in cells.groups if g != reference]
+        if groups is not None:
+            labels = [g for g in labels if g in set(map(str, groups))]
+        _prepare(measure, {g: by_label[g] for g in [*labels, reference]}, n_jobs)
+        ref = by_label[reference]
+        ref_draws = bootstrap_draws(seed, cells.covariate, reference, ref.n, n_bootstrap)
+        kernel = measure if isinstance(measure, PairKernelDistance) else None
+        shared = None
+        if kernel is not None and 8 * ref.n**2 <= max_matrix_bytes:
+            ref_cells = ref.centred if kernel.shift_invariant else ref.cells
+            ref_counts = _multiplicities(ref_draws, ref.n)
+            shared = (ref_cells, ref_counts, _within(kernel, ref_cells, ref_counts))
+        tasks = [
+            (measure, kernel, shared, by_label[label], ref, ref_draws, max_matrix_bytes)
+            for label in labels
+        ]
+        seeds = [
+            bootstrap_draws(seed, cells.covariate, g, by_label[g].n, n_bootstrap) for g in labels
+        ]
+        replicates = _run(list(zip(tasks, seeds, strict=True)), _replicates, n_jobs)
+        for label, values in zip(labels, replicates, strict=True):
+            rows.append(
+                {
+                    "distance": measure.between(by_label[label], ref),
+                    "mean": float(values.mean()),
+                    "std": float(values.std(ddof=1)),
+                    "low": float(np.quantile(values, tail)),
+                    "high": float(np.quantile(values, 1.0 - tail)),
+                }
+            )
+            index.append(label if covariate_key is None else (cells.covariate, label))
+    table = pd.DataFrame(rows, columns=["distance", "mean", "std", "low", "high"])
+    if covariate_key is None:
+        table.index = pd.Index(index, name=groupby)
+    else:
+        table.index = pd.MultiIndex.from_tuples(index, names=[covariate_key, groupby])
+    table.attrs.update(
+        {"metric": distance.name, "reference": reference, "n_bootstrap": int(n_bootstrap)}
+    )
+    return table
+
+
+def _replicates(task: tuple[Any, np.ndarray]) -> np.ndarray:
+    (measure, kernel, shared, x, ref, ref_draws, max_bytes), draws = task
+    if kernel is not None and shared is not None and 8 * x.n * max(x.n, ref.n) <= max_bytes:
+        ref_cells, ref_counts, ref_within = shared
+        counts = _multiplicities(draws, x.n)
+        return _kernel_replicates(kernel, x, counts, ref_cells, ref_counts, ref_within)
+    return _slow_replicates(measure, x, ref, draws, ref_draws)
+
+
+def _slow_replicates(
+    measure: Distance, x: Group, ref: Group, draws: np.ndarray, ref_draws: np.ndarray
+) -> np.ndarray:
+    values = np.empty(draws.shape[0])
+    for b in range(draws.shape[0]):
+        gx = Group(x.cells[draws[b]], x.shift)
+        gy = Group(ref.cells[ref_draws[b]], ref.shift)
+        values[b] = measure.between(gx, gy)
+    return values

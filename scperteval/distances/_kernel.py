@@ -1,0 +1,315 @@
+"""Distances built from sums of a function of every pair of cells.
+
+Every one of them is a combination of three block sums of a pair function ``k``:
+``S_xy = sum_ij k(x_i, y_j)``, and ``S_xx``, ``S_yy`` over all ordered pairs of one
+group (diagonal included), with the diagonal sums ``D_x = sum_i k(x_i, x_i)`` kept
+apart for the unbiased estimators. Energy distances and the mean pairwise distance
+use ``k = ||a - b||``, MMD a kernel. The within sums are computed once per group
+and reused by every pair that group is in; the sums over pairs are formed in
+cache-sized tiles (:func:`scperteval.metrics.population.pair_sums`), so no cells x
+cells matrix is ever held. :class:`PairKernelDistance` also gives the pooled matrix
+of ``k`` for the permutation test, which reuses it across permutations.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from scperteval.distances._base import DISTANCES, Distance, Group
+from scperteval.errors import DatasetError
+from scperteval.metrics.population import (
+    SQRT,
+    pair_sums,
+    sinkhorn,
+)
+
+__all__ = [
+    "EnergyDistance",
+    "MeanPairwise",
+    "PairKernelDistance",
+    "Wasserstein",
+    "check_size",
+    "squared_distances",
+]
+
+
+class PairKernelDistance(Distance):
+    """A distance from block sums of a pair function (see the module notes)."""
+
+    #: Whether the pair function is shift invariant (a distance, an RBF kernel), so
+    #: that it may be evaluated on the shifted cells.
+    shift_invariant: bool = True
+
+    def pair_matrix(self, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        """``k(a_i, b_j)`` for every pair of rows (``b = a`` by default, diagonal included)."""
+        raise NotImplementedError
+
+    def diagonal(self, cells: np.ndarray) -> np.ndarray:
+        """``k(c_i, c_i)`` for every row."""
+        return np.zeros(cells.shape[0])
+
+    def batched(self) -> bool:
+        """Whether :meth:`cross_sums` evaluates the pair matrix (else the cross sums one by one)."""
+        return False
+
+    def cells_of(self, group: Group) -> np.ndarray:
+        """The cells the pair function is evaluated on: shifted when it is shift invariant."""
+        return group.centred if self.shift_invariant else group.cells
+
+    def cross_sums(
+        self, x: Group, stacked: np.ndarray, starts: np.ndarray, parallel: bool = False
+    ) -> np.ndarray:
+        """Cross sums of ``x`` with several groups at once.
+
+        Parameters
+        ----------
+        x
+            One group.
+        stacked
+            The other groups' cells (:meth:`cells_of`), one after the other.
+        starts
+            Row where each of them starts in ``stacked``.
+        parallel
+            Split the tiles between the kernel threads (for a caller that runs
+            nothing else at the same time).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``S_xy`` for each group: the pair matrix is formed in tiles of at most
+            about 16 MiB and summed per group, so that many small groups cost a few
+            large matrix products rather than one small one each.
+
+        """
+        from scperteval.kernels.threads import even_bounds, run_ranges
+
+        cells = self.cells_of(x)
+        column_sums = np.empty(stacked.shape[0])
+        columns = max(1, _TILE_BYTES // (8 * max(cells.shape[0], 1)))
+
+        def fill(start: int, stop: int) -> None:
+            for first in range(start, stop, columns):
+                last = min(first + columns, stop)
+                column_sums[first:last] = self.pair_matrix(cells, stacked[first:last]).sum(axis=0)
+
+        n_rows = stacked.shape[0]
+        bounds = even_bounds(n_rows, -(-n_rows // columns)) if parallel else [0, n_rows]
+        run_ranges(fill, bounds)
+        if not starts.size:
+            return np.zeros(0)
+        return np.add.reduceat(column_sums, starts)
+
+    def block_sums(self, x: Group, y: Group | None) -> tuple[float, float]:
+        """``(sum over pairs, sum of the diagonal)``: cross pairs, or ordered pairs of ``x``."""
+        raise NotImplementedError
+
+    def combine(
+        self,
+        cross: float,
+        within_x: float,
+        within_y: float,
+        diag_x: float,
+        diag_y: float,
+        n: int,
+        m: int,
+    ) -> float:
+        """The distance from block sums (``within_*`` over ordered pairs, diagonal included)."""
+        raise NotImplementedError
+
+    def within(self, group: Group) -> tuple[float, float]:
+        """The within-group ``(S_xx, D_x)`` of ``group``, computed once and cached."""
+        return self._within(group)
+
+    def _within(self, group: Group) -> tuple[float, float]:
+        return group.cached(("within", self.key()), lambda: self.block_sums(group, None))  # type: ignore[no-any-return]
+
+    def key(self) -> tuple[object, ...]:
+        """What the within sums depend on (several distances may share them)."""
+        raise NotImplementedError
+
+    def prepare(self, group: Group) -> None:
+        """Cache the within-group sums of ``group``."""
+        if group.n >= self.min_cells:
+            self._within(group)
+
+    def between(self, x: Group, y: Group) -> float:
+        """The distance from the block sums, the within ones from the cache."""
+        check_size(self, x, y)
+        within_x, diag_x = self._within(x)
+        within_y, diag_y = self._within(y)
+        cross, _ = self.block_sums(x, y)
+        return self.combine(cross, within_x, within_y, diag_x, diag_y, x.n, y.n)
+
+
+def check_size(distance: Distance, *groups: Group) -> None:
+    """Raise :class:`~scperteval.errors.DatasetError` for a group below ``distance.min_cells``."""
+    for group in groups:
+        if group.n < distance.min_cells:
+            raise DatasetError(
+                f"{distance.name} needs at least {distance.min_cells} cell(s) per group; "
+                f"a group has {group.n}"
+            )
+
+
+# Bytes of one tile of the batched cross sums.
+_TILE_BYTES = 16 * 2**20
+
+
+def squared_distances(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    """Squared distances between the rows of ``a`` and of ``b`` (``a`` itself by default)."""
+    other = a if b is None else b
+    norms_a = np.einsum("ij,ij->i", a, a)
+    norms_b = norms_a if b is None else np.einsum("ij,ij->i", other, other)
+    d2 = -2.0 * (a @ other.T)
+    d2 += norms_a[:, None]
+    d2 += norms_b[None, :]
+    # Values within rounding of zero are coinciding cells.
+    d2[d2 <= 1e-12 * (norms_a[:, None] + norms_b[None, :])] = 0.0
+    if b is None:
+        np.fill_diagonal(d2, 0.0)
+    return d2
+
+
+class EnergyDistance(PairKernelDistance):
+    """Energy distance ``2 E|X - Y| - E|X - X'| - E|Y - Y'|``.
+
+    Parameters
+    ----------
+    name
+        Registered name.
+    unbiased
+        Within-group means over ordered pairs ``i != j`` (U-statistics) rather than
+        over all ``n^2`` pairs, zero self-distances included (V-statistics).
+    cell_wise_metric
+        ``"euclidean"`` (the energy distance) or ``"sqeuclidean"`` (its squared
+        variant, which equals ``2 ||mean_x - mean_y||^2`` in the V form).
+
+    """
+
+    def __init__(self, name: str, unbiased: bool, cell_wise_metric: str) -> None:
+        if cell_wise_metric not in ("euclidean", "sqeuclidean"):
+            raise ValueError(
+                f"cell_wise_metric must be 'euclidean' or 'sqeuclidean', got {cell_wise_metric!r}"
+            )
+        self.name = name
+        self.unbiased = bool(unbiased)
+        self.cell_wise_metric = cell_wise_metric
+        self.min_cells = 2 if self.unbiased else 1
+
+    def batched(self) -> bool:
+        """Euclidean sums are batched; squared ones have a closed form."""
+        return self.cell_wise_metric == "euclidean"
+
+    def key(self) -> tuple[object, ...]:
+        """Within sums of distances (or squared distances)."""
+        return ("distance", self.cell_wise_metric)
+
+    def pair_matrix(self, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        """Distances (or squared distances) between every pair of rows."""
+        d2 = squared_distances(a, b)
+        return d2 if self.cell_wise_metric == "sqeuclidean" else np.sqrt(d2)
+
+    def block_sums(self, x: Group, y: Group | None) -> tuple[float, float]:
+        """Sums of the cell-wise metric; squared ones from means and variances exactly."""
+        if self.cell_wise_metric == "sqeuclidean":
+            if y is None:
+                return 2.0 * x.n * x.n * float(x.variance().sum()), 0.0
+            gap = x.mean - y.mean
+            spread = float(x.variance().sum() + y.variance().sum())
+            return x.n * y.n * (float(gap @ gap) + spread), 0.0
+        if y is None:
+            return 2.0 * pair_sums(x.centred, None, [SQRT])[0], 0.0
+        return pair_sums(x.centred, y.centred, [SQRT])[0], 0.0
+
+    def combine(
+        self,
+        cross: float,
+        within_x: float,
+        within_y: float,
+        diag_x: float,
+        diag_y: float,
+        n: int,
+        m: int,
+    ) -> float:
+        """``2 S_xy / (n m) - S_xx / n_x - S_yy / n_y`` with U or V denominators."""
+        if self.unbiased:
+            return 2.0 * cross / (n * m) - within_x / (n * (n - 1)) - within_y / (m * (m - 1))
+        return 2.0 * cross / (n * m) - within_x / (n * n) - within_y / (m * m)
+
+
+class MeanPairwise(EnergyDistance):
+    """Mean Euclidean distance over all pairs of cells of the two groups."""
+
+    def __init__(self) -> None:
+        super().__init__("mean_pairwise", unbiased=False, cell_wise_metric="euclidean")
+
+    def prepare(self, group: Group) -> None:
+        """Nothing: only cross sums are needed."""
+
+    def between(self, x: Group, y: Group) -> float:
+        """``S_xy / (n m)``."""
+        check_size(self, x, y)
+        return self.block_sums(x, y)[0] / (x.n * y.n)
+
+    def combine(
+        self,
+        cross: float,
+        within_x: float,
+        within_y: float,
+        diag_x: float,
+        diag_y: float,
+        n: int,
+        m: int,
+    ) -> float:
+        """``S_xy / (n m)``."""
+        return cross / (n * m)
+
+
+class Wasserstein(Distance):
+    """Debiased Sinkhorn estimate of the 2-Wasserstein distance (see :func:`sinkhorn`)."""
+
+    def __init__(self, blur: float, scaling: float) -> None:
+        self.name = "wasserstein"
+        self.blur = float(blur)
+        self.scaling = float(scaling)
+        if not (math.isfinite(self.blur) and self.blur > 0):
+            raise ValueError(f"blur must be positive, got {blur!r}")
+        if not 0 < self.scaling < 1:
+            raise ValueError(f"scaling must lie in (0, 1), got {scaling!r}")
+
+    def between(self, x: Group, y: Group) -> float:
+        """``sqrt(2 S_eps)`` between the uniform measures on the two groups."""
+        check_size(self, x, y)
+        return sinkhorn(x.centred, y.centred, blur=self.blur, scaling=self.scaling)
+
+
+@DISTANCES.register(
+    "edistance", description="energy distance, within terms over all n^2 pairs (pertpy's)"
+)
+def edistance(*, cell_wise_metric: str = "euclidean", unbiased: bool = False) -> Distance:
+    """Energy distance with V-statistic within terms (pertpy's ``edistance``)."""
+    return EnergyDistance("edistance", unbiased=unbiased, cell_wise_metric=cell_wise_metric)
+
+
+@DISTANCES.register(
+    "energy_distance", description="energy distance, unbiased within terms (U-statistics)"
+)
+def energy_distance(*, cell_wise_metric: str = "euclidean", unbiased: bool = True) -> Distance:
+    """Energy distance with U-statistic within terms."""
+    return EnergyDistance("energy_distance", unbiased=unbiased, cell_wise_metric=cell_wise_metric)
+
+
+@DISTANCES.register(
+    "mean_pairwise", description="mean Euclidean distance between the groups' cells"
+)
+def mean_pairwise() -> Distance:
+    """Mean pairwise distance."""
+    return MeanPairwise()
+
+
+@DISTANCES.register("wasserstein", description="debiased Sinkhorn estimate of W2 (sqrt(2 S_eps))")
+def wasserstein(*, blur: float = 0.05, scaling: float = 0.9) -> Distance:
+    """Debiased Sinkhorn distance."""
+    return Wasserstein(blur=blur, scaling=scaling)
