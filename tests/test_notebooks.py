@@ -38,6 +38,11 @@ PROBES = {
     "05_calibration_science.ipynb": (
         "{'drf': {str(k): v for k, v in drf.to_dict('index').items()}}"
     ),
+    "06_training_metrics.ipynb": (
+        "{'real': bool(USE_REAL_DATA), 'difference': largest_difference, 'n': len(conditions), "
+        "'spread': float(summary.loc['dataset mean', 'relative spread']), "
+        "'reasons': sorted(set(last['dataset mean']['pearson_delta_pert'].reasons))}"
+    ),
     "04_comparing_models.ipynb": (
         "{'score': board.table.set_index('model')['score'].to_dict(), "
         "'excluded': sorted(board.excluded), 'strict_trusted': strict.leaderboard.trusted}"
@@ -117,3 +122,11 @@ def test_calibration_science() -> None:
     for unweighted in ("mse", "pearson_delta_ctrl"):
         assert dense[unweighted] > sparse_biased[unweighted]
     assert sparse_biased["weighted_mse"] > 0.9 > 0.3 > sparse_biased["mse"]
+
+
+def test_training_metrics() -> None:
+    pytest.importorskip("torchmetrics")
+    values = run_notebook(NOTEBOOKS / "06_training_metrics.ipynb")
+    assert values["difference"] < 1e-9
+    assert values["spread"] == pytest.approx(1 / (values["n"] - 1), rel=1e-9)
+    assert values["reasons"] == ["metric undefined on these inputs"]

@@ -12,11 +12,17 @@ does not.
   :func:`scperteval.metrics.weighted_r2` (as ``1 - R^2``).
 - :class:`DEGWeights`, :func:`deg_weight_tensor`: a context's DEG weights as a tensor
   aligned by perturbation and gene name.
+- :class:`PerturbationMetrics`: the benchmark's protocols as a ``torchmetrics.Metric``
+  for validation during training (:mod:`scperteval.torch_backend.training`, a layer
+  above the engine, imported on first use).
 
 See ``docs/torch.md``.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from scperteval.errors import MissingExtraError
 
@@ -39,6 +45,7 @@ __all__ = [
     "DEFAULT_BLOCK_BYTES",
     "DEGWeights",
     "DeviceUnavailable",
+    "PerturbationMetrics",
     "deg_weight_tensor",
     "energy_distance",
     "median_pairwise_distance",
@@ -46,3 +53,19 @@ __all__ = [
     "weighted_mse_loss",
     "weighted_r2_loss",
 ]
+
+#: Names resolved on first use: their modules sit in a higher layer than this package.
+_LAZY = {"PerturbationMetrics": "scperteval.torch_backend.training"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'scperteval.torch_backend' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

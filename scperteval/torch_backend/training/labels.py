@@ -1,0 +1,111 @@
+"""From a batch's perturbation (and covariate) labels to condition indices."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pandas as pd
+import torch
+
+from scperteval.errors import SpecError
+
+__all__ = ["ConditionLabels", "is_missing"]
+
+
+def is_missing(label: Any) -> bool:
+    """Whether a label marks a row to skip (``None``, NaN, ``pd.NA``)."""
+    if label is None:
+        return True
+    if isinstance(label, float) and math.isnan(label):
+        return True
+    return label is pd.NA or label is pd.NaT
+
+
+class ConditionLabels:
+    """Condition indices of labels, for the conditions of a plan.
+
+    Parameters
+    ----------
+    covariates, perturbations
+        Per condition, its covariate group and perturbation label.
+    ignored
+        Labels whose rows are skipped (index ``-1``).
+
+    """
+
+    def __init__(
+        self, covariates: Sequence[str], perturbations: Sequence[str], ignored: Iterable[str] = ()
+    ) -> None:
+        self.n_conditions = len(perturbations)
+        self._ignored = frozenset(map(str, ignored))
+        self._index = {
+            (c, p): k for k, (c, p) in enumerate(zip(covariates, perturbations, strict=True))
+        }
+        by_label: dict[str, list[int]] = {}
+        for k, label in enumerate(perturbations):
+            by_label.setdefault(label, []).append(k)
+        self._by_label = by_label
+
+    def __call__(self, perturbations: Any, covariates: Any = None) -> torch.Tensor:
+        """Condition indices of a batch's labels (``-1`` for a skipped row).
+
+        Parameters
+        ----------
+        perturbations
+            Labels (strings), or an integer tensor of condition indices (rows of
+            :attr:`conditions`; negative for rows to skip).
+        covariates
+            Covariate labels, needed when a perturbation label occurs in several
+            covariate groups.
+
+        Returns
+        -------
+        torch.Tensor
+            ``int64`` indices, one per row.
+
+        Raises
+        ------
+        SpecError
+            On an unknown label or index, or a label that needs its covariate.
+
+        """
+        if isinstance(perturbations, torch.Tensor) and not perturbations.is_floating_point():
+            index = perturbations.to(torch.int64).reshape(-1)
+            if index.numel() and int(index.max()) >= self.n_conditions:
+                last = self.n_conditions - 1
+                raise SpecError(f"condition index {int(index.max())} outside 0..{last}")
+            return index
+        labels = list(perturbations.tolist() if hasattr(perturbations, "tolist") else perturbations)
+        groups = (
+            None
+            if covariates is None
+            else list(covariates.tolist() if hasattr(covariates, "tolist") else covariates)
+        )
+        if groups is not None and len(groups) != len(labels):
+            raise SpecError(f"{len(groups)} covariates for {len(labels)} perturbation labels")
+        found = []
+        for row, label in enumerate(labels):
+            if is_missing(label) or str(label) in self._ignored:
+                found.append(-1)
+                continue
+            if groups is not None:
+                if is_missing(groups[row]):
+                    found.append(-1)
+                    continue
+                key = (str(groups[row]), str(label))
+                if key not in self._index:
+                    raise SpecError(f"unknown condition {key[1]!r} in covariate group {key[0]!r}")
+                found.append(self._index[key])
+                continue
+            matches = self._by_label.get(str(label))
+            if not matches:
+                raise SpecError(f"unknown perturbation {label!r}")
+            if len(matches) > 1:
+                raise SpecError(
+                    f"perturbation {label!r} occurs in {len(matches)} covariate groups; "
+                    "pass covariates="
+                )
+            found.append(matches[0])
+        return torch.tensor(found, dtype=torch.int64)
