@@ -262,7 +262,13 @@ def test_registry_metadata():
     assert len(METRICS) >= 19
     for entry in METRICS:
         assert required <= set(entry.meta), entry.name
-        assert entry.meta["representation"] in {"centroid", "population", "de"}
+        assert entry.meta["representation"] in {
+            "centroid",
+            "population",
+            "de",
+            "control_de",
+            "control_edistance",
+        }
         assert entry.meta["scope"] in {"perturbation", "dataset"}
         assert entry.meta["better"] in {"higher", "lower"}
         assert isinstance(entry.meta["perfect"], float)

@@ -16,7 +16,7 @@ from scperteval.registry import BoundSpec, parse_spec
 
 __all__ = ["Protocol", "ProtocolFamily", "REPRESENTATIONS", "SCOPES", "CENTERINGS"]
 
-REPRESENTATIONS = ("centroid", "population", "de")
+REPRESENTATIONS = ("centroid", "population", "de", "control_de", "control_edistance")
 SCOPES = ("perturbation", "dataset")
 CENTERINGS = ("none", "control", "perturbed")
 #: Leaderboard columns that a protocol column must not shadow.
@@ -48,8 +48,10 @@ class Protocol:
     metric
         The resolved metric with its bound options.
     representation
-        ``centroid`` (one vector per perturbation), ``population`` (cells) or
-        ``de`` (a differential expression result).
+        ``centroid`` (one vector per perturbation), ``population`` (cells),
+        ``de`` (a differential expression result against the other perturbed
+        cells), ``control_de`` (DE against the control cells) or
+        ``control_edistance`` (energy distance to the control cells).
     scope
         ``perturbation`` (one value each) or ``dataset`` (perturbations compared
         with each other within a covariate group).
@@ -153,10 +155,11 @@ class Protocol:
                 raise SpecError(f"{where}: unknown {what} {value!r}; valid: {', '.join(choices)}")
         for role in (self.positive, self.negative):
             entry = SOURCES.get(role)
-            if self.representation == "population" and not entry.meta.get("cells", False):
+            needs_cells = self.representation in ("population", "control_de", "control_edistance")
+            if needs_cells and not entry.meta.get("cells", False):
                 raise SpecError(
-                    f"{where}: source {role!r} has no cells, a population protocol needs "
-                    "cells (e.g. technical_duplicate, all_perturbed_sample, control_cells)"
+                    f"{where}: source {role!r} has no cells, a {self.representation} protocol "
+                    "needs cells (e.g. technical_duplicate, all_perturbed_sample, control_cells)"
                 )
         for part in self.space.replace("&", "|").split("|"):
             name, options = parse_spec(part.strip())
@@ -168,8 +171,14 @@ class Protocol:
                 f"{where}: space {self.space!r} differs between perturbations; a dataset-scope "
                 "protocol needs a shared space (full, hvg, heg, pca)"
             )
-        if self.representation == "de" and self.space.strip().startswith("pca"):
+        if self.representation in ("de", "control_de") and self.space.strip().startswith("pca"):
             raise SpecError(f"{where}: DE protocols need a gene space, not {self.space!r}")
+        check = self.metric.entry.meta.get("check")
+        if check is not None:
+            try:
+                check(**self.metric.options)
+            except ValueError as exc:
+                raise SpecError(f"{where}: metric {self.metric.label()}: {exc}") from None
         if not math.isfinite(self.perfect):
             raise SpecError(f"{where}: give the metric's perfect value ('perfect = ...')")
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 
+from scperteval.engine.control_views import CONTROL_REPRESENTATIONS, control_view
 from scperteval.engine.featuremap import FeatureMap
 from scperteval.engine.sources import SourceData
 from scperteval.engine.spaces import space_is_per_condition
@@ -38,14 +40,16 @@ def make_view(
     source: SourceData,
     space: FeatureMap,
     reference: np.ndarray | None,
-    cache_key: str | None = None,
+    cache_key: Hashable | None = None,
 ) -> object:
     """The view of ``source`` a metric of ``protocol`` receives for one condition.
 
-    ``cache_key`` names a registered source whose data is fixed for the engine
-    (the truth): its DE p-values over all genes are then computed once per
-    condition and shared by every DE protocol.
+    ``cache_key`` names a source whose data is fixed for the engine (the truth;
+    for the views against the control also the other candidates): its DE over
+    all genes is then computed once per condition and shared by every protocol.
     """
+    if protocol.representation in CONTROL_REPRESENTATIONS:
+        return control_view(engine, protocol.representation, condition, source, space, cache_key)
     if protocol.representation == "centroid":
         vector = source.centroid if reference is None else source.centroid - reference
         return space.vector(vector, is_delta=reference is not None)
@@ -54,7 +58,7 @@ def make_view(
         if reference is not None:
             cells -= space.vector(reference)
         return cells
-    return _de_view(engine, condition, source, space, cache_key)
+    return _de_view(engine, condition, source, space, None if cache_key is None else str(cache_key))
 
 
 @functools.lru_cache(maxsize=512)

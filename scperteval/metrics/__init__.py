@@ -15,6 +15,7 @@ raises :class:`DegenerateInput`, whose ``reason`` the caller records next to a N
 
 from scperteval.metrics._common import DegenerateInput
 from scperteval.metrics._registry import METRICS
+from scperteval.metrics.cell_eval import ControlDE
 from scperteval.metrics.centroid import (
     cosine,
     l2,
@@ -59,6 +60,7 @@ __all__ = [
     "PerturbationContext",
     "DatasetContext",
     "DEView",
+    "ControlDE",
     "pearson",
     "r2",
     "mse",
