@@ -6,9 +6,11 @@
   bold, the trusted and excluded protocols and notes on the models' coverage;
 - ``leaderboard.tex``: the same table as a LaTeX ``booktabs`` tabular;
 - ``figures/*.png`` and ``figures/*.svg``: a heatmap of the leaderboard, the
-  protocols' calibration (DRF and BDS), per-perturbation score distributions
-  and models against the positive control (calibration figures only in
-  calibrated mode);
+  protocols' calibration (DRF and BDS), per-perturbation score distributions,
+  models against the positive control, the win/tie/loss matrix and the
+  per-perturbation scores on every trusted protocol, a page of protocols per
+  ``per_perturbation_N`` figure (calibration figures only in calibrated mode);
+- ``methods.md``: a methods paragraph describing the run, ready to paste;
 - ``report.html``: all of the above in one file with no external resource.
 """
 
@@ -19,13 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from scperteval.reporting.html import html_report
+from scperteval.reporting.methods import methods_text
 from scperteval.reporting.tables import latex_table, markdown_report
 from scperteval.runinfo import write_atomic
 
 __all__ = ["write_reports", "FIGURE_NAMES", "FIGURE_FOLDER"]
 
 FIGURE_FOLDER = "figures"
-FIGURE_NAMES = ("heatmap", "calibration", "distributions", "versus_positive")
+FIGURE_NAMES = ("heatmap", "calibration", "distributions", "versus_positive", "versus")
+PAGED_FIGURE = "per_perturbation"
 
 
 def _writer(data: str | bytes) -> Any:
@@ -39,20 +43,32 @@ def _writer(data: str | bytes) -> Any:
 
 
 def _write_figures(result: Any, folder: Path) -> dict[str, tuple[bytes, str]]:
-    from scperteval.reporting.figures import FIGURES, draw_figures, render
+    from scperteval.reporting.figures import caption, draw_figures, render
 
     images: dict[str, tuple[bytes, str]] = {}
     target = folder / FIGURE_FOLDER
     drawn = draw_figures(result)
     for name, figure in drawn.items():
-        png, svg = render(figure)
+        # The paged per-perturbation figures are for reading, not for print: PNG only
+        # (their many labels make SVG rendering several times slower).
+        paged = name.startswith(PAGED_FIGURE)
+        png, svg = render(figure, svg=not paged)
         write_atomic(target / f"{name}.png", _writer(png))
-        write_atomic(target / f"{name}.svg", _writer(svg))
-        images[name] = (png, FIGURES[name])
-    for name in FIGURE_NAMES:
-        if name not in drawn:
-            for suffix in (".png", ".svg"):
-                (target / f"{name}{suffix}").unlink(missing_ok=True)
+        if paged:
+            (target / f"{name}.svg").unlink(missing_ok=True)
+        else:
+            write_atomic(target / f"{name}.svg", _writer(svg))
+        images[name] = (png, caption(name, figure))
+    stale = [n for n in FIGURE_NAMES if n not in drawn]
+    if target.is_dir():
+        stale += [
+            p.stem
+            for p in target.glob(f"{PAGED_FIGURE}_*.png")
+            if p.stem not in drawn and p.stem not in stale
+        ]
+    for name in stale:
+        for suffix in (".png", ".svg"):
+            (target / f"{name}{suffix}").unlink(missing_ok=True)
     return images
 
 
@@ -75,5 +91,6 @@ def write_reports(result: Any, folder: str | Path, figures: bool = True) -> None
     created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     write_atomic(folder / "leaderboard.md", _writer(markdown_report(result, created)))
     write_atomic(folder / "leaderboard.tex", _writer(latex_table(result.leaderboard)))
+    write_atomic(folder / "methods.md", _writer(methods_text(result)))
     images = _write_figures(result, folder) if figures else {}
     write_atomic(folder / "report.html", _writer(html_report(result, images, created)))

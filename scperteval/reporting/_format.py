@@ -12,7 +12,61 @@ import pandas as pd
 
 MISSING = "–"
 META_COLUMNS = ("model", "kind", "score", "rank")
+TEXT_COLUMNS = ("model", "kind", "perturbations", "protocols", "listing", "flags")
 SHOWN_MISSING = 5
+DAGGER = "\u2020"
+TRUST_TERMS = (
+    "BDS (bound discrimination score): the fraction of perturbations on which the positive "
+    "control is strictly better than the negative control. DRF (dynamic range fraction): the "
+    "share of the room between the negative control and a perfect score that the positive "
+    "control covers."
+)
+
+
+def trust_terms() -> str:
+    """The definitions of BDS and DRF, given where they first appear in each output."""
+    return TRUST_TERMS
+
+
+def significant(value: Any, digits: int = 3) -> str:
+    """A number with ``digits`` significant digits, without exponent between 1e-3 and 1e5.
+
+    Examples
+    --------
+    >>> significant(1.07123), significant(-51.468), significant(0.04412), significant(2.0)
+    ('1.07', '-51.5', '0.0441', '2')
+
+    """
+    if is_missing(value):
+        return MISSING
+    x = float(value) + 0.0
+    if x == 0.0 or not 1e-3 <= abs(x) < 1e5:
+        return format(x, f".{digits}g")
+    decimals = max(digits - 1 - math.floor(math.log10(abs(x))), 0)
+    text = f"{round(x, decimals):.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def headline_frame(board: Any) -> pd.DataFrame:
+    """The headline columns as display text (3 significant digits, missing as a dash)."""
+    table = board.headline
+    frame = pd.DataFrame(index=table.index)
+    for column in table.columns:
+        if column in TEXT_COLUMNS:
+            frame[column] = table[column].astype(str)
+        elif column == "rank":
+            frame[column] = [MISSING if is_missing(v) else str(int(v)) for v in table[column]]
+        else:
+            frame[column] = [significant(v) for v in table[column]]
+    return frame
+
+
+def controls_of(result: Any) -> dict[str, tuple[str, str]]:
+    """Per protocol, its (negative, positive) control: the sources scored 0 and 1."""
+    table = result.protocols
+    if not {"protocol", "positive", "negative"} <= set(table.columns):
+        return {}
+    return {str(row.protocol): (str(row.negative), str(row.positive)) for row in table.itertuples()}
 
 
 def is_missing(value: Any) -> bool:
@@ -36,12 +90,17 @@ def number(value: Any, spec: str = ".3f") -> str:
     return format(float(value) + 0.0, spec)
 
 
-def cell_text(column: str, value: Any, spec: str) -> str:
-    """Text of one leaderboard cell: names as they are, ranks as integers, numbers by ``spec``."""
-    if column in ("model", "kind"):
+def cell_text(column: str, value: Any, spec: str = "sig3") -> str:
+    """Text of one leaderboard cell: names as they are, ranks as integers, numbers by ``spec``.
+
+    ``spec`` ``sig3`` (the default) writes 3 significant digits (:func:`significant`).
+    """
+    if column in TEXT_COLUMNS:
         return str(value)
     if column == "rank":
         return MISSING if is_missing(value) else str(int(value))
+    if spec == "sig3":
+        return significant(value)
     return number(value, spec)
 
 
@@ -56,21 +115,14 @@ def best_cells(board: Any) -> Callable[[str, Any], bool]:
 
 
 def score_caption(board: Any) -> str:
-    """One sentence on what the ``score`` and protocol columns hold."""
+    """The definition of ``score`` (:attr:`Leaderboard.definition`), then what columns hold."""
     if board.calibrated:
         return (
-            f"Protocol columns: {board.aggregate} calibrated score over perturbations "
-            "(0 = negative control, 1 = positive control; higher is better). "
-            f"score: mean of the {len(board.trusted)} trusted protocols' columns; "
-            "rank 1 is best."
+            f"{board.definition}. Protocol columns: {board.aggregate} calibrated score over "
+            "perturbations. Rank 1 is best; an entry listed apart is not ranked among the "
+            "others: its rank is the one it would take on its own coverage."
         )
-    lower = [p for p in board.protocols if board.better.get(p) == "lower"]
-    lower_text = f"lower is better for {', '.join(lower)}" if lower else "higher is better"
-    return (
-        f"Plain scores on all truth cells (no calibration). Protocol columns: "
-        f"{board.aggregate} raw value over perturbations ({lower_text}). "
-        "score: mean rank over protocols (lower is better); rank 1 is best."
-    )
+    return f"{board.definition}. Rank 1 is best."
 
 
 def population_protocols(result: Any) -> list[str]:

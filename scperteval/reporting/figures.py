@@ -18,26 +18,31 @@ from matplotlib.colors import Normalize, TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from scperteval.reporting._format import significant
+from scperteval.reporting.pages import per_perturbation_figures, versus_figure
 from scperteval.reporting.panels import distribution_figure, positive_figure
 
 __all__ = ["FIGURES", "draw_figures", "render", "heatmap_figure", "calibration_figure"]
 
 FIGURES = {
-    "heatmap": "Aggregate score of each model (rows) on each protocol (columns).",
+    "heatmap": "Aggregate score of each entry (columns) on each protocol (rows), the headline "
+    "score first.",
     "calibration": "DRF and BDS of each protocol, with the trust thresholds.",
     "distributions": "Per-perturbation scores of each model.",
     "versus_positive": "Each model's per-perturbation value against the positive control's.",
+    "versus": "Model against model: wins minus losses over the trusted protocols.",
 }
 UNTRUSTED_COLOUR = "#8c8c8c"
 TRUSTED_COLOUR = "#3b6ea8"
 ANNOTATE_MAX_COLUMNS = 25
 
 
+HEATMAP_LIMIT = 2.0
+
+
 def _limits(values: np.ndarray) -> tuple[float, float]:
-    finite = values[np.isfinite(values)]
-    low = float(finite.min()) if finite.size else 0.0
-    high = float(finite.max()) if finite.size else 1.0
-    return min(-0.25, max(low, -2.0)), max(1.25, min(high, 2.0))
+    """A symmetric range around 0 (the negative control), at most +-2, always showing 1."""
+    return -HEATMAP_LIMIT, HEATMAP_LIMIT
 
 
 def _plain_colours(table: pd.DataFrame, columns: list[str], board: Any) -> np.ndarray:
@@ -49,24 +54,28 @@ def _plain_colours(table: pd.DataFrame, columns: list[str], board: Any) -> np.nd
     return ranks
 
 
-def _annotate(ax: Any, image: Any, values: np.ndarray, spec: str) -> None:
-    """Print each value on its cell, in white on dark cells."""
+def _annotate(ax: Any, image: Any, values: np.ndarray, calibrated: bool, size: float) -> None:
+    """Print each value (3 significant digits) on its cell, in white on dark cells."""
     colours = image.cmap(image.norm(image.get_array()))
     for i, j in zip(*np.nonzero(np.isfinite(values)), strict=True):
         red, green, blue = colours[i, j, :3]
         dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5
-        text = format(values[i, j] + 0.0, spec)
+        text = significant(values[i, j])
+        if calibrated and abs(values[i, j]) > HEATMAP_LIMIT:
+            text += "*"
         colour = "white" if dark else "black"
-        ax.text(j, i, text, ha="center", va="center", fontsize=7, color=colour)
+        ax.text(j, i, text, ha="center", va="center", fontsize=size, color=colour)
 
 
 def heatmap_figure(result: Any) -> Figure | None:
-    """Heatmap of models (rows) by protocols (columns), the overall score first.
+    """Heatmap of protocols (rows, the overall score first) by entries (columns).
 
     Calibrated mode colours calibrated scores with a diverging map centred at 0
-    (the negative control), 1 (the positive control) marked on the colour bar;
-    protocols excluded from the score are hatched and their labels greyed.
-    Plain mode colours each column's ranks and prints the raw values.
+    (the negative control) on a fixed symmetric range of +-2, 1 (the positive
+    control) marked on the colour bar, the clipped tails labelled on it and
+    values beyond the range starred; every cell is annotated (3 significant
+    digits); protocols excluded from the score are hatched and their labels
+    greyed. Plain mode colours each protocol's ranks and prints the raw values.
 
     Parameters
     ----------
@@ -81,63 +90,78 @@ def heatmap_figure(result: Any) -> Figure | None:
     """
     board = result.leaderboard
     table = board.table
-    columns = ["score", *board.protocols]
+    rows = ["score", *board.protocols]
     if table.empty or not board.protocols:
         return None
-    values = table[columns].to_numpy(dtype=np.float64)
+    values = table[rows].to_numpy(dtype=np.float64).T
     n_rows, n_cols = values.shape
-    fig = Figure(figsize=(2.8 + 0.42 * n_cols, 1.6 + 0.36 * n_rows), layout="constrained")
+    fig = Figure(figsize=(3.6 + 0.85 * n_cols, 1.8 + 0.3 * n_rows), layout="constrained")
     ax = fig.add_subplot()
     if board.calibrated:
         low, high = _limits(values)
-        cmap = mpl.colormaps["RdBu"].with_extremes(bad="#e6e6e6")
+        cmap = mpl.colormaps["RdBu"].with_extremes(bad="#e6e6e6", under="#67001f", over="#053061")
         norm: Normalize = TwoSlopeNorm(vmin=low, vcenter=0.0, vmax=high)
         image = ax.imshow(values, cmap=cmap, norm=norm, aspect="auto")
-        bar = fig.colorbar(image, ax=ax, extend="both", shrink=0.9)
+        bar = fig.colorbar(image, ax=ax, extend="both", shrink=0.6, aspect=30)
         bar.ax.axhline(1.0, color="black", linewidth=2)
-        bar.set_ticks(sorted({low, 0.0, 1.0, high}))
-        bar.set_label("calibrated score\n(0 = negative, 1 = positive control)")
+        bar.set_ticks([low, -1.0, 0.0, 1.0, high])
+        bar.set_ticklabels(
+            [
+                f"\u2264 {low:g} (clipped)",
+                "-1",
+                "0 negative",
+                "1 positive",
+                f"\u2265 {high:g} (clipped)",
+            ]
+        )
+        bar.set_label("calibrated score (0 = negative control, 1 = positive control)")
     else:
-        ranks = _plain_colours(table, columns, board)
+        ranks = _plain_colours(table, rows, board).T
         cmap = mpl.colormaps["viridis_r"].with_extremes(bad="#e6e6e6")
-        image = ax.imshow(ranks, cmap=cmap, aspect="auto", vmin=1, vmax=max(n_rows, 2))
-        bar = fig.colorbar(image, ax=ax, shrink=0.9)
-        bar.set_label("rank within column (1 = best)")
-    if n_cols <= ANNOTATE_MAX_COLUMNS:
-        _annotate(ax, image, values, ".2f" if board.calibrated else ".3g")
+        image = ax.imshow(ranks, cmap=cmap, aspect="auto", vmin=1, vmax=max(n_cols, 2))
+        bar = fig.colorbar(image, ax=ax, shrink=0.6)
+        bar.set_label("rank within protocol (1 = best)")
+    _annotate(ax, image, values, board.calibrated, 7.5)
     excluded = set(board.excluded) if board.calibrated else set()
-    for j, column in enumerate(columns):
-        if column in excluded:
+    for i, row in enumerate(rows):
+        if row in excluded:
             ax.add_patch(
                 Rectangle(
-                    (j - 0.5, -0.5),
+                    (-0.5, i - 0.5),
+                    n_cols,
                     1,
-                    n_rows,
                     fill=False,
                     hatch="///",
                     edgecolor=UNTRUSTED_COLOUR,
                     linewidth=0,
                 )
             )
-    ax.axvline(0.5, color="white", linewidth=3)
-    ax.set_xticks(range(n_cols), columns, rotation=55, ha="right", rotation_mode="anchor")
-    ax.set_yticks(range(n_rows), [str(m) for m in table["model"]])
-    for label, column in zip(ax.get_xticklabels(), columns, strict=True):
-        if column == "score":
+    ax.axhline(0.5, color="white", linewidth=3)
+    ax.xaxis.tick_top()
+    ax.set_xticks(
+        range(n_cols),
+        [str(m) for m in table["model"]],
+        rotation=35,
+        ha="left",
+        rotation_mode="anchor",
+    )
+    ax.set_yticks(range(n_rows), [r + (" \u2020" if r in excluded else "") for r in rows])
+    for label, row in zip(ax.get_yticklabels(), rows, strict=True):
+        if row == "score":
             label.set_fontweight("bold")
-        elif column in excluded:
+        elif row in excluded:
             label.set_color(UNTRUSTED_COLOUR)
             label.set_fontstyle("italic")
-    for label, kind in zip(ax.get_yticklabels(), table["kind"], strict=True):
+    for label, kind in zip(ax.get_xticklabels(), table["kind"], strict=True):
         if kind != "model":
             label.set_color("#555555")
     title = (
-        f"{board.aggregate} calibrated score"
+        f"{board.aggregate} calibrated score; colours clipped at \u00b1{HEATMAP_LIMIT:g} (* beyond)"
         if board.calibrated
         else f"{board.aggregate} raw value"
     )
     if excluded:
-        title += " (hatched, grey label: excluded from score)"
+        title += "\nhatched, \u2020: excluded from the score"
     ax.set_title(title, fontsize=10)
     return fig
 
@@ -239,16 +263,27 @@ def draw_figures(result: Any) -> dict[str, Figure]:
         figure = maker(result)
         if figure is not None:
             figures[name] = figure
+    versus = versus_figure(result)
+    if versus is not None:
+        figures["versus"] = versus
+    figures.update(per_perturbation_figures(result))
     return figures
 
 
-def render(figure: Figure) -> tuple[bytes, bytes]:
+def caption(name: str, figure: Figure) -> str:
+    """A figure's caption: the fixed one of its name, else the figure's label."""
+    return FIGURES.get(name) or str(figure.get_label())
+
+
+def render(figure: Figure, svg: bool = True) -> tuple[bytes, bytes]:
     """PNG and SVG bytes of a figure, without timestamps (reproducible files).
 
     Parameters
     ----------
     figure
         The figure to save.
+    svg
+        Also render the SVG (empty bytes otherwise).
 
     Returns
     -------
@@ -256,8 +291,9 @@ def render(figure: Figure) -> tuple[bytes, bytes]:
         PNG, SVG.
 
     """
-    png, svg = io.BytesIO(), io.BytesIO()
+    png, vector = io.BytesIO(), io.BytesIO()
     figure.savefig(png, format="png", dpi=110, metadata={"Software": None})
-    with mpl.rc_context({"svg.hashsalt": "scperteval", "svg.fonttype": "path"}):
-        figure.savefig(svg, format="svg", metadata={"Date": None})
-    return png.getvalue(), svg.getvalue()
+    if svg:
+        with mpl.rc_context({"svg.hashsalt": "scperteval", "svg.fonttype": "path"}):
+            figure.savefig(vector, format="svg", metadata={"Date": None})
+    return png.getvalue(), vector.getvalue()

@@ -11,20 +11,28 @@ import pandas as pd
 
 from scperteval._version import __version__
 from scperteval.reporting._format import (
+    DAGGER,
     MISSING,
+    TEXT_COLUMNS,
     best_cells,
     cell_text,
+    controls_of,
     is_missing,
     model_notes,
     number,
     run_items,
     score_caption,
+    trust_terms,
 )
 
 __all__ = ["html_report", "SIGNIFICANCE"]
 
 SIGNIFICANCE = 0.05
 LEADERBOARD_ID = "leaderboard-table"
+PROTOCOL_TABLE_ID = "protocol-table"
+TITLE = "scperteval report"
+PAGED_PREFIX = "per_perturbation"
+PAIR_TEXT = ("protocol", "entry", "other", "outcome")
 _CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
        max-width: 1300px; padding: 0 1.5em; color: #1f2328; line-height: 1.45; }
@@ -40,7 +48,15 @@ td.text, th.text { text-align: left; }
 tbody tr:nth-child(even) { background: #fafbfc; }
 .best { font-weight: bold; background: #e6f4ea; }
 th.excluded { color: #8c8c8c; font-style: italic; }
-th.excluded::after { content: " \\2020"; }
+tr.apart td { color: #6e7781; background: #f6f8fa; }
+th.controls { font-weight: normal; font-size: 0.78em; color: #57606a; max-width: 9em; }
+td.win { background: #e6f4ea; }
+td.loss { background: #fdecea; }
+li.flag { color: #9a3412; }
+.definition { background: #f3f5f8; padding: 0.5em 0.8em; border-left: 4px solid #3b6ea8; }
+table.protocols td { white-space: nowrap; }
+table.protocols td:nth-child(2) { white-space: normal; min-width: 30em; text-align: left; }
+details > summary { cursor: pointer; font-weight: bold; margin: 0.4em 0; }
 td.excluded { color: #8c8c8c; }
 tr.untrusted td { color: #8c8c8c; }
 td.sig { background: #fff1c2; font-weight: bold; }
@@ -53,12 +69,15 @@ figcaption { color: #57606a; font-size: 0.9em; }
 footer { margin-top: 3em; color: #57606a; font-size: 0.85em; }
 """
 _SECTIONS = [
-    ("run", "Run"),
     ("leaderboard", "Leaderboard"),
+    ("scores", "Per-protocol scores"),
     ("figures", "Figures"),
+    ("versus", "Model against model"),
+    ("verdicts", "Verdicts"),
     ("calibration", "Calibration"),
-    ("tests", "Paired tests"),
+    ("tests", "Tests against the negative baselines"),
     ("protocols", "Protocols"),
+    ("run", "Run"),
 ]
 
 Cell = tuple[str, str]
@@ -79,11 +98,12 @@ def _table(
     rows: Sequence[tuple[Sequence[Cell], str]],
     table_id: str = "",
     klass: str = "",
+    extra_header: str = "",
 ) -> str:
     attr = (f' id="{table_id}"' if table_id else "") + (f' class="{klass}"' if klass else "")
     body = "\n".join(_row(cells, row_class=klass) for cells, klass in rows)
     return (
-        f'<div class="scroll"><table{attr}>\n<thead>{_row(header, "th")}</thead>\n'
+        f'<div class="scroll"><table{attr}>\n<thead>{_row(header, "th")}{extra_header}</thead>\n'
         f"<tbody>\n{body}\n</tbody></table></div>"
     )
 
@@ -93,6 +113,7 @@ def _frame_table(
     formats: Mapping[str, str],
     cell_class: Callable[[str, Any], str] = lambda column, value: "",
     row_class: Callable[[Any], str] = lambda row: "",
+    table_class: str = "",
 ) -> str:
     columns = [str(c) for c in frame.columns]
     text_columns = {c for c in columns if c not in formats}
@@ -109,11 +130,45 @@ def _frame_table(
             extra = cell_class(column, value)
             cells.append((text, f"{klass} {extra}".strip()))
         rows.append((cells, row_class(record)))
-    return _table(header, rows)
+    return _table(header, rows, klass=table_class)
+
+
+def _board_table(
+    board: Any, columns: list[str], excluded: set[str], table_id: str, controls: Any = None
+) -> str:
+    is_best = best_cells(board)
+    header = [
+        (
+            c + (f" {DAGGER}" if c in excluded else ""),
+            "text" if c in TEXT_COLUMNS else ("excluded" if c in excluded else ""),
+        )
+        for c in columns
+    ]
+    rows = []
+    for record in board.table[columns].to_dict("records"):
+        cells = []
+        for column in columns:
+            value = record[column]
+            klass = "text" if column in TEXT_COLUMNS else ""
+            if is_best(column, value):
+                klass = "best"
+            elif column in excluded:
+                klass = "excluded"
+            cells.append((cell_text(column, value), klass))
+        apart = record.get("listing", "ranked") != "ranked"
+        rows.append((cells, "apart" if apart else ""))
+    extra = ""
+    if controls:
+        cells = [("controls: 0 \u2192 1", "text"), ("", "text")] + [
+            (f"{controls[c][0]} \u2192 {controls[c][1]}" if c in controls else "", "controls")
+            for c in columns[2:]
+        ]
+        extra = _row(cells, "th", "controls")
+    return _table(header, rows, table_id, extra_header=extra)
 
 
 def leaderboard_html(board: Any) -> str:
-    """The leaderboard as an HTML table (6 significant digits, best per column marked).
+    """The headline table as HTML: the columns and values of ``leaderboard.csv``.
 
     Parameters
     ----------
@@ -124,57 +179,148 @@ def leaderboard_html(board: Any) -> str:
     -------
     str
         A ``<table id="leaderboard-table">`` whose header holds the column names
-        of ``leaderboard.csv`` and whose cells hold the same values (missing as
-        an en dash); protocols excluded from the score have their header marked.
+        of ``leaderboard.csv`` and whose cells hold the same values (3
+        significant digits, missing as an en dash), the best of each column
+        among ranked entries in bold and entries listed apart in grey.
 
     """
-    columns = [str(c) for c in board.table.columns]
-    is_best = best_cells(board)
+    return _board_table(board, list(board.headline.columns), set(), LEADERBOARD_ID)
+
+
+def protocol_scores_html(board: Any, controls: Any = None) -> str:
+    """The per-protocol table: excluded protocols marked with a dagger, controls named.
+
+    Parameters
+    ----------
+    board
+        A :class:`~scperteval.scoring.leaderboard.Leaderboard`.
+    controls
+        Per protocol, its (negative, positive) control, shown in a second header row.
+
+    Returns
+    -------
+    str
+        A ``<table id="protocol-table">``.
+
+    """
     excluded = set(board.excluded) if board.calibrated else set()
-    header = [
-        (c, "text" if c in ("model", "kind") else ("excluded" if c in excluded else ""))
-        for c in columns
-    ]
-    rows = []
-    for row in board.table.itertuples(index=False):
-        cells = []
-        for column, value in zip(columns, row, strict=True):
-            klass = "text" if column in ("model", "kind") else ""
-            if is_best(column, value):
-                klass = "best"
-            elif column in excluded:
-                klass = "excluded"
-            cells.append((cell_text(column, value, ".6g"), klass))
-        rows.append((cells, ""))
-    return _table(header, rows, LEADERBOARD_ID)
+    columns = ["model", "kind", *board.protocols]
+    return _board_table(board, columns, excluded, PROTOCOL_TABLE_ID, controls)
 
 
 def _leaderboard_section(result: Any) -> str:
     board = result.leaderboard
     parts = [
-        f'<p class="caption">{escape(score_caption(board))} Bold: best value of each '
-        f"column; {MISSING}: no value.</p>",
+        f'<p class="definition"><strong>{escape(board.definition)}</strong></p>',
         leaderboard_html(board),
+        f'<p class="caption">Bold: best value of each column among ranked entries without flags; '
+        f"{MISSING}: no value; grey rows: listed apart (partial coverage; their rank is "
+        "the one they would take among the ranked entries on their own coverage).</p>",
     ]
-    label = "Trusted protocols used by score" if board.calibrated else "Protocols used by score"
-    names = ", ".join(board.trusted) or "none"
-    parts.append(f"<p><strong>{escape(label)} ({len(board.trusted)}):</strong> {escape(names)}</p>")
-    if board.excluded:
+    if board.notes:
+        items = "".join(f"<li>{escape(note)}</li>" for note in board.notes)
+        parts.append(f"<ul>{items}</ul>")
+    flagged = [(n, f) for n, flags in board.flags.items() for f in flags]
+    if flagged:
         items = "".join(
-            f"<li><strong>{escape(p)}</strong>: {escape(reason)}</li>"
-            for p, reason in board.excluded.items()
+            f'<li class="flag"><strong>{escape(n)}</strong>: {escape(f)}</li>' for n, f in flagged
         )
-        parts.append(f"<p><strong>Excluded protocols</strong> (marked \u2020):</p><ul>{items}</ul>")
-    elif board.calibrated:
-        parts.append("<p><strong>Excluded protocols:</strong> none.</p>")
+        parts.append(f"<p><strong>Flags on predictions</strong></p><ul>{items}</ul>")
     notes = model_notes(result)
     if notes:
         items = "".join(f"<li><strong>{escape(n)}</strong>: {escape(t)}</li>" for n, t in notes)
         parts.append(f"<p><strong>Models</strong></p><ul>{items}</ul>")
-    if board.notes:
-        items = "".join(f"<li>{escape(note)}</li>" for note in board.notes)
-        parts.append(f"<p><strong>Notes</strong></p><ul>{items}</ul>")
     return "\n".join(parts)
+
+
+def _protocol_scores_section(result: Any) -> str:
+    board = result.leaderboard
+    parts = [
+        f'<p class="caption">{escape(score_caption(board))} Second header row: the negative '
+        f"control (0) and the positive control (1) of each column.</p>"
+    ]
+    if board.excluded:
+        parts.append(
+            f'<p class="caption">{DAGGER}: excluded from the score (not trusted on this '
+            "dataset); the reason is under Verdicts.</p>"
+        )
+    parts.append(protocol_scores_html(board, controls_of(result) if board.calibrated else None))
+    return "\n".join(parts)
+
+
+def _verdicts_section(result: Any) -> str:
+    board = result.leaderboard
+    if not board.calibrated:
+        return "<p>Plain mode (truth = all cells): every protocol is used, no verdict.</p>"
+    label = f"Trusted protocols used by score ({len(board.trusted)})"
+    names = ", ".join(board.trusted) or "none"
+    parts = [
+        f'<p class="caption">{escape(trust_terms())}</p>',
+        f"<p><strong>{escape(label)}:</strong> {escape(names)}</p>",
+    ]
+    items = "".join(
+        f"<li><strong>{escape(p)}</strong>{' ' + DAGGER if p in board.excluded else ''}: "
+        f"{escape(sentence)}</li>"
+        for p, sentence in board.verdicts.items()
+    )
+    if items:
+        parts.append(f"<ul>{items}</ul>")
+    elif board.excluded:
+        items = "".join(
+            f"<li><strong>{escape(p)}</strong>: {escape(reason)}</li>"
+            for p, reason in board.excluded.items()
+        )
+        parts.append(
+            f"<p><strong>Excluded protocols</strong> (marked {DAGGER}):</p><ul>{items}</ul>"
+        )
+    return "\n".join(parts)
+
+
+def _versus_section(result: Any) -> str:
+    wins = result.wins
+    pairs = result.pairs
+    if wins is None or wins.empty:
+        return "<p>No pair of entries was compared.</p>"
+    order = [str(m) for m in result.leaderboard.table["model"]]
+    shown = [m for m in order if m in set(wins["entry"])]
+    record = {(r.entry, r.other): r for r in wins.itertuples()}
+    header = [("entry \\ other", "text")] + [(m, "") for m in shown]
+    rows = []
+    for a in shown:
+        cells: list[Cell] = [(a, "text")]
+        for b in shown:
+            r = record.get((a, b))
+            if a == b or r is None:
+                cells.append(("" if a == b else MISSING, ""))
+                continue
+            mark = {"win": "▲", "loss": "▼", "tie": ""}.get(str(r.score_outcome), "")
+            cells.append((f"{r.wins}/{r.ties}/{r.losses}{mark}", _wtl_class(r)))
+        rows.append((cells, ""))
+    caption = (
+        "Each cell: wins/ties/losses of the row entry against the column entry over the trusted "
+        "protocols (two-sided Wilcoxon signed-rank test on the paired perturbations, "
+        f"{result.info.get('correction', 'bonferroni')}-corrected over all pairs within each "
+        f"protocol, adjusted p < {SIGNIFICANCE}); ▲/▼: the row entry is significantly "
+        "better/worse on the headline score (per-perturbation median calibrated score over the "
+        "trusted protocols). The paired t-tests are in pairwise_tests.csv."
+    )
+    parts = [f'<p class="caption">{escape(caption)}</p>', _table(header, rows, "wtl-table")]
+    if pairs is not None and not pairs.empty:
+        headline = pairs[pairs["protocol"] == "score"]
+        if len(headline):
+            formats = {str(c): ".3g" for c in headline.columns if c not in PAIR_TEXT}
+            formats["n"] = "d"
+            parts.append("<p><strong>Tests on the headline score</strong></p>")
+            parts.append(f'<div class="tall">{_frame_table(headline, formats)}</div>')
+    return "\n".join(parts)
+
+
+def _wtl_class(record: Any) -> str:
+    if record.wins > record.losses:
+        return "win"
+    if record.losses > record.wins:
+        return "loss"
+    return ""
 
 
 def _calibration_section(result: Any) -> str:
@@ -232,15 +378,29 @@ def _tests_section(result: Any) -> str:
 def _figures_section(images: Mapping[str, tuple[bytes, str]]) -> str:
     if not images:
         return "<p>Figures were not drawn.</p>"
-    parts = []
+    parts: list[str] = []
     for name, (png, caption) in images.items():
         data = base64.b64encode(png).decode("ascii")
-        parts.append(
+        figure = (
             f'<figure id="figure-{escape(name)}"><img alt="{escape(caption)}" '
             f'src="data:image/png;base64,{data}"><figcaption>{escape(caption)}</figcaption>'
             "</figure>"
         )
+        if name.startswith(PAGED_PREFIX):
+            # One page per group of protocols; the first one open, the others a click away.
+            is_first = not any(PAGED_PREFIX in part for part in parts)
+            figure = (
+                f"<details{' open' if is_first else ''}><summary>{escape(caption)}</summary>"
+                f"{figure}</details>"
+            )
+        parts.append(figure)
     return "\n".join(parts)
+
+
+def _readable(protocols: pd.DataFrame) -> pd.DataFrame:
+    """The protocol table with the description second and the controls next to it."""
+    first = [c for c in ("protocol", "description", "negative", "positive") if c in protocols]
+    return protocols[first + [c for c in protocols.columns if c not in first]]
 
 
 def html_report(result: Any, images: Mapping[str, tuple[bytes, str]], created: str) -> str:
@@ -258,8 +418,12 @@ def html_report(result: Any, images: Mapping[str, tuple[bytes, str]], created: s
     Returns
     -------
     str
-        The document: run settings, leaderboard with excluded protocols and model
-        notes, figures, calibration table, paired tests and protocol descriptions.
+        The document titled "scperteval report": the headline table (the
+        columns of ``leaderboard.csv``) with the score's definition and the
+        flags, the per-protocol table (excluded protocols marked with a dagger,
+        each column's controls named), figures, the win/tie/loss matrix, each
+        protocol's verdict, the calibration table, tests against the negative
+        baselines, protocol descriptions and the run's settings.
 
     """
     info_rows = [
@@ -267,14 +431,17 @@ def html_report(result: Any, images: Mapping[str, tuple[bytes, str]], created: s
     ]
     info = _table([("setting", "text"), ("value", "text")], info_rows, klass="info")
     protocols = result.protocols
-    protocol_formats = {"perfect": ".6g"} if "perfect" in protocols else {}
+    protocol_formats = {"perfect": ".3g"} if "perfect" in protocols else {}
     sections = {
         "run": info,
         "leaderboard": _leaderboard_section(result),
+        "scores": _protocol_scores_section(result),
         "figures": _figures_section(images),
+        "versus": _versus_section(result),
+        "verdicts": _verdicts_section(result),
         "calibration": _calibration_section(result),
         "tests": _tests_section(result),
-        "protocols": _frame_table(protocols, protocol_formats),
+        "protocols": _frame_table(_readable(protocols), protocol_formats, table_class="protocols"),
     }
     nav = "".join(f'<a href="#{key}">{escape(title)}</a>' for key, title in _SECTIONS)
     body = "\n".join(
@@ -284,8 +451,8 @@ def html_report(result: Any, images: Mapping[str, tuple[bytes, str]], created: s
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>scPertEval report</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-        f"<h1>scPertEval report</h1>\n<nav>{nav}</nav>\n{body}\n"
+        f"<title>{TITLE}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        f"<h1>{TITLE}</h1>\n<nav>{nav}</nav>\n{body}\n"
         f"<footer>scperteval {escape(__version__)} \u2014 {escape(created)}</footer>\n"
         "</body>\n</html>\n"
     )

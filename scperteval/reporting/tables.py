@@ -6,12 +6,15 @@ import re
 from typing import Any
 
 from scperteval.reporting._format import (
+    DAGGER,
     MISSING,
+    TEXT_COLUMNS,
     best_cells,
     cell_text,
     model_notes,
     run_items,
     score_caption,
+    trust_terms,
 )
 
 __all__ = ["markdown_report", "latex_table", "markdown_escape", "latex_escape"]
@@ -73,22 +76,30 @@ def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(char, char) for char in text)
 
 
-def _markdown_table(board: Any) -> list[str]:
-    columns = [str(c) for c in board.table.columns]
+def _markdown_rows(board: Any, columns: list[str], excluded: set[str]) -> list[str]:
     is_best = best_cells(board)
-    align = [":---" if c in ("model", "kind") else "---:" for c in columns]
-    lines = [
-        "| " + " | ".join(markdown_escape(c) for c in columns) + " |",
-        "| " + " | ".join(align) + " |",
-    ]
-    for row in board.table.itertuples(index=False):
+    align = [":---" if c in TEXT_COLUMNS else "---:" for c in columns]
+    header = [markdown_escape(c) + (f" {DAGGER}" if c in excluded else "") for c in columns]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    for record in board.table[columns].to_dict("records"):
         cells = []
-        for column, value in zip(columns, row, strict=True):
-            text = cell_text(column, value, ".3f")
-            text = markdown_escape(text) if column in ("model", "kind") else text
+        for column in columns:
+            value = record[column]
+            text = cell_text(column, value)
+            text = markdown_escape(text) if column in TEXT_COLUMNS else text
             cells.append(f"**{text}**" if is_best(column, value) else text)
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _markdown_table(board: Any) -> list[str]:
+    """The headline table: the columns of ``leaderboard.csv``."""
+    return _markdown_rows(board, list(board.headline.columns), set())
+
+
+def _markdown_wide(board: Any) -> list[str]:
+    excluded = set(board.excluded) if board.calibrated else set()
+    return _markdown_rows(board, ["model", "kind", *board.protocols], excluded)
 
 
 def markdown_report(result: Any, created: str) -> str:
@@ -104,24 +115,45 @@ def markdown_report(result: Any, created: str) -> str:
     Returns
     -------
     str
-        A title, the run's settings, the leaderboard table (3 decimals, missing
-        values as an en dash, each column's best value in bold), the trusted and
-        excluded protocols, and notes on the models' coverage.
+        A title, the score's definition, the headline table (the columns of
+        ``leaderboard.csv``, 3 significant digits, missing values as an en
+        dash, each column's best value in bold), flags, the per-protocol table
+        (excluded protocols marked with a dagger), each protocol's verdict,
+        notes on the models' coverage and the run's settings.
 
     """
     board = result.leaderboard
-    lines = ["# scPertEval leaderboard", ""]
-    lines += [f"- {label}: {markdown_escape(value)}" for label, value in run_items(result, created)]
-    lines += ["", markdown_escape(score_caption(board)), ""]
+    lines = ["# scperteval leaderboard", ""]
+    lines += [markdown_escape(score_caption(board)), ""]
     lines += _markdown_table(board)
-    lines += ["", f"Bold: best value of each column. {MISSING}: no value.", ""]
+    lines += [
+        "",
+        f"Bold: best value of each column among ranked entries without flags. {MISSING}: no value.",
+    ]
+    if board.notes:
+        lines += [""] + [f"- {markdown_escape(note)}" for note in board.notes]
+    flagged = [(n, f) for n, flags in board.flags.items() for f in flags]
+    if flagged:
+        lines += ["", "Flags on predictions:", ""]
+        lines += [f"- {markdown_escape(n)}: {markdown_escape(f)}" for n, f in flagged]
+    lines += ["", "## Per-protocol scores", ""]
+    if board.excluded:
+        lines += [f"{DAGGER}: excluded from the score (not trusted on this dataset).", ""]
+    lines += _markdown_wide(board)
+    lines.append("")
     names = ", ".join(markdown_escape(p) for p in board.trusted) or "none"
     if board.calibrated:
         lines.append(f"Trusted protocols used by `score` ({len(board.trusted)}): {names}.")
     else:
         lines.append(f"Protocols used by `score` ({len(board.trusted)}, plain mode): {names}.")
     lines.append("")
-    if board.excluded:
+    if board.calibrated and board.verdicts:
+        lines += ["## Verdict of each protocol", "", markdown_escape(trust_terms()), ""]
+        lines += [
+            f"- {markdown_escape(p)}: {markdown_escape(sentence)}"
+            for p, sentence in board.verdicts.items()
+        ]
+    elif board.excluded:
         lines += ["Excluded protocols:", ""]
         lines += [
             f"- {markdown_escape(p)}: {markdown_escape(reason)}"
@@ -131,16 +163,38 @@ def markdown_report(result: Any, created: str) -> str:
         lines.append("Excluded protocols: none.")
     notes = model_notes(result)
     if notes:
-        lines += ["", "Models:", ""]
+        lines += ["", "## Models", ""]
         lines += [f"- {markdown_escape(name)}: {markdown_escape(text)}" for name, text in notes]
-    if board.notes:
-        lines += ["", "Notes:", ""]
-        lines += [f"- {markdown_escape(note)}" for note in board.notes]
+    lines += ["", "## Run", ""]
+    lines += [f"- {label}: {markdown_escape(value)}" for label, value in run_items(result, created)]
     return "\n".join(lines) + "\n"
 
 
+def _latex_rows(board: Any, columns: list[str], excluded: set[str]) -> list[str]:
+    is_best = best_cells(board)
+    header = [
+        latex_escape(c) + (r"\textsuperscript{\dag}" if c in excluded else "") for c in columns
+    ]
+    spec = "".join("l" if c in TEXT_COLUMNS else "r" for c in columns)
+    lines = [f"\\begin{{tabular}}{{{spec}}}", "\\toprule", " & ".join(header) + r" \\"]
+    lines.append("\\midrule")
+    for record in board.table[columns].to_dict("records"):
+        cells = []
+        for column in columns:
+            value = record[column]
+            text = cell_text(column, value)
+            if column in TEXT_COLUMNS:
+                text = latex_escape(text)
+            elif text == MISSING:
+                text = "--"
+            cells.append(f"\\textbf{{{text}}}" if is_best(column, value) else text)
+        lines.append(" & ".join(cells) + r" \\")
+    lines.append("\\bottomrule")
+    return lines
+
+
 def latex_table(board: Any) -> str:
-    r"""The leaderboard as a LaTeX ``tabular`` (needs ``\usepackage{booktabs}``).
+    r"""The leaderboard as LaTeX ``tabular`` environments (needs ``\usepackage{booktabs}``).
 
     Parameters
     ----------
@@ -150,36 +204,21 @@ def latex_table(board: Any) -> str:
     Returns
     -------
     str
-        The table with 3 decimals, missing values as ``--``, each column's best
-        value in ``\textbf``, names escaped, and protocols excluded from the
-        score marked with a dagger.
+        The headline table (the columns of ``leaderboard.csv``) under a comment
+        holding the score's definition, then the per-protocol table; 3
+        significant digits, missing values as ``--``, each column's best value
+        in ``\textbf``, names escaped, protocols excluded from the score marked
+        with a dagger.
 
     """
-    columns = [str(c) for c in board.table.columns]
-    is_best = best_cells(board)
     excluded = set(board.excluded) if board.calibrated else set()
-    header = [
-        latex_escape(c) + (r"\textsuperscript{\dag}" if c in excluded else "") for c in columns
-    ]
-    spec = "".join("l" if c in ("model", "kind") else "r" for c in columns)
-    lines = [
-        "% Requires \\usepackage{booktabs}",
-        f"\\begin{{tabular}}{{{spec}}}",
-        "\\toprule",
-        " & ".join(header) + r" \\",
-        "\\midrule",
-    ]
-    for row in board.table.itertuples(index=False):
-        cells = []
-        for column, value in zip(columns, row, strict=True):
-            text = cell_text(column, value, ".3f")
-            if column in ("model", "kind"):
-                text = latex_escape(text)
-            elif text == MISSING:
-                text = "--"
-            cells.append(f"\\textbf{{{text}}}" if is_best(column, value) else text)
-        lines.append(" & ".join(cells) + r" \\")
-    lines.append("\\bottomrule")
+    lines = ["% Requires \\usepackage{booktabs}", f"% {board.definition}"]
+    lines += _latex_rows(board, list(board.headline.columns), set())
+    lines.append("\\end{tabular}")
+    lines.append(f"\\par\\footnotesize {latex_escape(board.definition)}.\\par")
+    lines.append("")
+    columns = ["model", "kind", *board.protocols]
+    lines += _latex_rows(board, columns, excluded)
     if excluded:
         lines.append(
             f"\\multicolumn{{{len(columns)}}}{{l}}{{\\footnotesize \\textsuperscript{{\\dag}}"

@@ -8,14 +8,17 @@ without the data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from scperteval.engine.calibrators import Thresholds, calibration_table, verdict_reasons
 from scperteval.scoring.calibrated import add_calibrated, aggregate
 from scperteval.scoring.leaderboard import Leaderboard, build_leaderboard
+from scperteval.scoring.pairwise import pairwise_tests, win_tie_loss
 from scperteval.scoring.significance import NEGATIVE_BASELINES, paired_tests
+from scperteval.scoring.trust import MIN_PERTURBATIONS, apply_evidence, verdict_sentences
 
 __all__ = ["Derived", "derive"]
 
@@ -31,6 +34,8 @@ class Derived:
     aggregates: pd.DataFrame
     leaderboard: Leaderboard
     tests: pd.DataFrame
+    pairs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    wins: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def derive(
@@ -41,6 +46,8 @@ def derive(
     correction: str = "bonferroni",
     calibrated: bool = True,
     seed: int = 0,
+    min_perturbations: int = MIN_PERTURBATIONS,
+    flags: Mapping[str, Sequence[str]] | None = None,
 ) -> Derived:
     """Derive calibration, calibrated scores, aggregates, tests and the leaderboard.
 
@@ -62,6 +69,13 @@ def derive(
         Calibrated scores (truth half) or plain scores (truth = all cells).
     seed
         Seed of the bootstrap confidence intervals.
+    min_perturbations
+        Fewest perturbations (with both controls defined) a protocol needs to
+        be trusted
+        (see :mod:`scperteval.scoring.trust`).
+    flags
+        Per entry, the sanity flags shown in the leaderboard
+        (see :mod:`scperteval.scoring.flags`).
 
     """
     better = {str(row.protocol): str(row.better) for row in protocols.itertuples()}
@@ -73,6 +87,8 @@ def derive(
     if calibrated:
         calibration = calibration_table(results, meta, thresholds)
         reasons = verdict_reasons(calibration, thresholds)
+        calibration, reasons = apply_evidence(calibration, reasons, min_perturbations)
+        verdicts = verdict_sentences(calibration, reasons, protocols, thresholds)
         trusted = [p for p in order if reasons.get(p) == ""]
         excluded = {p: reasons.get(p) or "no control values" for p in order if p not in trusted}
         with_calibrated = add_calibrated(results, better)
@@ -80,16 +96,30 @@ def derive(
     else:
         calibration = pd.DataFrame()
         trusted, excluded = list(order), {}
+        verdicts = {}
         with_calibrated = results.assign(calibrated=float("nan"))
         column = "value"
     entries = with_calibrated[with_calibrated["source"].isin(ENTRY_SOURCES)]
     aggregates = aggregate(entries, column=column, seed=seed)
     board = build_leaderboard(
-        aggregates, order, better, trusted, excluded, aggregate_by, calibrated=calibrated
+        aggregates,
+        order,
+        better,
+        trusted,
+        excluded,
+        aggregate_by,
+        calibrated=calibrated,
+        entries=entries,
+        seed=seed,
+        flags=flags,
     )
+    board.verdicts = verdicts
     models = sorted(entries.loc[entries["source"] == "model", "source_name"].unique())
     present = set(entries["source_name"].unique())
     tests = paired_tests(
         entries, better, models, [b for b in NEGATIVE_BASELINES if b in present], correction
     )
-    return Derived(with_calibrated, calibration, aggregates, board, tests)
+    names = [str(n) for n in board.table["model"]]
+    pairs = pairwise_tests(entries, better, names, trusted, correction, headline=calibrated)
+    wins = win_tie_loss(pairs, names)
+    return Derived(with_calibrated, calibration, aggregates, board, tests, pairs, wins)

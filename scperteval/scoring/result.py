@@ -16,6 +16,10 @@ from scperteval.scoring.derive import Derived
 
 __all__ = ["PROTOCOL_FILE", "RESULT_FILE", "RUN_FILE", "ScoreResult"]
 
+PAIRS_FILE = "pairwise_tests.csv"
+WINS_FILE = "win_tie_loss.csv"
+PROTOCOL_SCORES_FILE = "leaderboard_protocols.csv"
+
 RESULT_FILE = "results.parquet"
 RUN_FILE = "run.json"
 PROTOCOL_FILE = "protocols.csv"
@@ -43,6 +47,12 @@ class ScoreResult:
         Paired one-sided tests against the negative baselines.
     thresholds
         The trust thresholds used.
+    pairs
+        Two-sided paired tests of every pair of entries, per trusted protocol
+        and on the headline score (:func:`~scperteval.scoring.pairwise.pairwise_tests`).
+    wins
+        Win/tie/loss record of each entry against each other
+        (:func:`~scperteval.scoring.pairwise.win_tie_loss`).
     info
         Run information (data checksum, seed, options, coverage, timings).
 
@@ -56,6 +66,8 @@ class ScoreResult:
     tests: pd.DataFrame
     thresholds: Thresholds
     info: dict[str, Any] = field(default_factory=dict)
+    pairs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    wins: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def _repr_html_(self) -> str:
         return str(self.leaderboard._repr_html_())
@@ -74,11 +86,14 @@ class ScoreResult:
             )
         write_atomic(folder / "aggregates.csv", lambda p: self.aggregates.to_csv(p, index=False))
         write_atomic(folder / "tests.csv", lambda p: self.tests.to_csv(p, index=False))
+        write_atomic(folder / PAIRS_FILE, lambda p: self.pairs.to_csv(p, index=False))
+        write_atomic(folder / WINS_FILE, lambda p: self.wins.to_csv(p, index=False))
         failures = failure_counts(self.results)
         write_atomic(folder / "failures.csv", lambda p: failures.to_csv(p, index=False))
-        write_atomic(
-            folder / "leaderboard.csv", lambda p: self.leaderboard.table.to_csv(p, index=False)
-        )
+        board = self.leaderboard
+        write_atomic(folder / "leaderboard.csv", lambda p: board.headline.to_csv(p, index=False))
+        wide = board.table[["model", "kind", *board.protocols]]
+        write_atomic(folder / PROTOCOL_SCORES_FILE, lambda p: wide.to_csv(p, index=False))
         write_reports(self, folder, figures=figures)
         write_run_json(folder / RUN_FILE, self.info.get("command", "score"), self.info)
 
@@ -100,4 +115,6 @@ class ScoreResult:
             tests=derived.tests,
             thresholds=thresholds,
             info=info,
+            pairs=derived.pairs,
+            wins=derived.wins,
         )

@@ -5,7 +5,8 @@ where both have a value: a paired t-test and a Wilcoxon signed-rank test of
 "the model is better" (greater values for higher-is-better metrics, smaller
 otherwise). p-values are corrected for multiple testing within each protocol
 and test (Bonferroni by default, as Miller et al. 2025; Benjamini-Hochberg
-optional).
+optional). A pair with no perturbation scored by both gets no row.
+Every entry against every other, two-sided, is in :mod:`scperteval.scoring.pairwise`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+from scperteval.scoring.pairwise import wilcoxon_method
 
 __all__ = ["paired_tests", "NEGATIVE_BASELINES"]
 
@@ -69,6 +72,9 @@ def paired_tests(
                 if model not in frame or baseline not in frame or model == baseline:
                     continue
                 pair = frame[[model, baseline]].dropna()
+                if pair.empty:
+                    # Nothing paired (a baseline undefined on this protocol): no row at all.
+                    continue
                 rows.append(_test(str(protocol), model, baseline, pair, alternative))
     table = pd.DataFrame(rows)
     if table.empty:
@@ -113,7 +119,7 @@ def _test(protocol: str, model: str, baseline: str, pair: pd.DataFrame, alternat
             # Nearly identical pairs make scipy warn about precision; the p-values stand.
             warnings.simplefilter("ignore", RuntimeWarning)
             t = stats.ttest_rel(a, b, alternative=alternative)
-            w = stats.wilcoxon(a, b, alternative=alternative)
+            w = stats.wilcoxon(a, b, alternative=alternative, method=wilcoxon_method(a - b))
         row["t_statistic"], row["t_pvalue"] = float(t.statistic), float(t.pvalue)
         row["wilcoxon_statistic"], row["wilcoxon_pvalue"] = float(w.statistic), float(w.pvalue)
     return row

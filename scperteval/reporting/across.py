@@ -1,0 +1,196 @@
+"""Reports of a models x datasets summary: CSV, Markdown, LaTeX, a heatmap and an HTML page.
+
+:func:`write_across` writes, into one folder, ``datasets.csv`` (one score
+column per dataset, mean rank, win rate), ``datasets_long.csv`` (per entry and
+dataset: score, 95% CI, rank, coverage, flags), ``datasets.md``,
+``datasets.tex``, ``figures/datasets.png`` (and ``.svg``) and a self-contained
+``datasets.html``.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scperteval.reporting._format import MISSING, significant
+from scperteval.reporting.tables import latex_escape, markdown_escape
+from scperteval.runinfo import write_atomic
+
+__all__ = ["write_across", "across_heatmap", "ACROSS_FILES"]
+
+ACROSS_FILES = ("datasets.csv", "datasets_long.csv", "datasets.md", "datasets.tex", "datasets.html")
+TITLE = "scperteval report across datasets"
+CAPTION = (
+    "Each dataset column: the entry's headline score on that dataset (its own trusted "
+    "protocols and controls); mean_rank: mean over the datasets where the entry is ranked of "
+    "its rank there; win_rate: share of (dataset, other entry) comparisons its score is "
+    "higher (ties one half); n_datasets: datasets it was scored on."
+)
+
+
+def _cell(summary: Any, model: str, dataset: str) -> str:
+    long = summary.long
+    row = long[(long["model"] == model) & (long["dataset"] == dataset)]
+    if row.empty or not np.isfinite(float(row["score"].iloc[0])):
+        return MISSING
+    first = row.iloc[0]
+    text = f"{significant(first['score'])} [{significant(first['ci_low'])}, "
+    text += f"{significant(first['ci_high'])}]"
+    if str(first["listing"]) != "ranked":
+        text += " (apart)"
+    return text
+
+
+def _rows(summary: Any) -> tuple[list[str], list[list[str]]]:
+    header = ["model", "kind", *summary.datasets, "mean_rank", "win_rate", "n_datasets"]
+    rows = []
+    for record in summary.table.to_dict("records"):
+        cells = [str(record["model"]), str(record["kind"])]
+        cells += [_cell(summary, str(record["model"]), d) for d in summary.datasets]
+        cells += [significant(record["mean_rank"]), significant(record["win_rate"])]
+        cells.append(str(int(record["n_datasets"])))
+        rows.append(cells)
+    return header, rows
+
+
+def _definitions(summary: Any) -> list[str]:
+    return [f"{label}: {text}" for label, text in summary.definitions.items()]
+
+
+def across_markdown(summary: Any) -> str:
+    """The summary as Markdown: score [95% CI] per dataset, mean rank, win rate."""
+    header, rows = _rows(summary)
+    lines = [f"# {TITLE}", "", markdown_escape(CAPTION), ""]
+    lines.append("| " + " | ".join(markdown_escape(h) for h in header) + " |")
+    lines.append("| " + " | ".join(":---" if i < 2 else "---:" for i in range(len(header))) + " |")
+    lines += ["| " + " | ".join(markdown_escape(c) for c in cells) + " |" for cells in rows]
+    lines += ["", "Headline score of each dataset:", ""]
+    lines += [f"- {markdown_escape(line)}" for line in _definitions(summary)]
+    return "\n".join(lines) + "\n"
+
+
+def across_latex(summary: Any) -> str:
+    r"""The summary as a LaTeX ``booktabs`` tabular (score [95% CI] per dataset)."""
+    header, rows = _rows(summary)
+    spec = "ll" + "r" * (len(header) - 2)
+    lines = ["% Requires \\usepackage{booktabs}", f"\\begin{{tabular}}{{{spec}}}", "\\toprule"]
+    lines.append(" & ".join(latex_escape(h) for h in header) + r" \\")
+    lines.append("\\midrule")
+    for cells in rows:
+        lines.append(" & ".join(latex_escape(c.replace(MISSING, "--")) for c in cells) + r" \\")
+    lines += ["\\bottomrule", "\\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def across_heatmap(summary: Any) -> Any:
+    """Entries (rows) x datasets (columns) of headline scores, annotated, centred at 0."""
+    import matplotlib as mpl
+    from matplotlib.colors import TwoSlopeNorm
+    from matplotlib.figure import Figure
+
+    values = summary.table[summary.datasets].to_numpy(dtype=np.float64)
+    n_rows, n_cols = values.shape
+    fig = Figure(figsize=(3.6 + 1.3 * n_cols, 1.4 + 0.38 * n_rows), layout="constrained")
+    ax = fig.add_subplot()
+    cmap = mpl.colormaps["RdBu"].with_extremes(bad="#e6e6e6", under="#67001f", over="#053061")
+    image = ax.imshow(
+        values, cmap=cmap, norm=TwoSlopeNorm(vmin=-2.0, vcenter=0.0, vmax=2.0), aspect="auto"
+    )
+    colours = np.asarray(image.cmap(image.norm(values)))
+    for i, j in zip(*np.nonzero(np.isfinite(values)), strict=True):
+        dark = 0.299 * colours[i, j, 0] + 0.587 * colours[i, j, 1] + 0.114 * colours[i, j, 2]
+        ax.text(
+            j,
+            i,
+            significant(values[i, j]),
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="white" if dark < 0.5 else "black",
+        )
+    bar = fig.colorbar(image, ax=ax, extend="both", shrink=0.8)
+    bar.ax.axhline(1.0, color="black", linewidth=2)
+    bar.set_ticks([-2.0, 0.0, 1.0, 2.0])
+    bar.set_ticklabels(["\u2264 -2 (clipped)", "0 negative", "1 positive", "\u2265 2 (clipped)"])
+    ax.set_xticks(range(n_cols), summary.datasets, rotation=20, ha="right")
+    ax.set_yticks(range(n_rows), [str(m) for m in summary.table["model"]])
+    ax.set_title("headline score per dataset (0 = negative control, 1 = positive control)")
+    return fig
+
+
+def across_html(summary: Any, png: bytes | None, created: str) -> str:
+    """The summary as one self-contained HTML page."""
+    header, rows = _rows(summary)
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>" for cells in rows
+    )
+    items = "".join(f"<li>{escape(line)}</li>" for line in _definitions(summary))
+    figure = ""
+    if png is not None:
+        data = base64.b64encode(png).decode("ascii")
+        figure = (
+            '<figure><img alt="headline score per dataset" '
+            f'src="data:image/png;base64,{data}"></figure>'
+        )
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{TITLE}</title>\n<style>body{{font-family:Helvetica,Arial,sans-serif;"
+        "margin:2em auto;max-width:1300px;padding:0 1.5em}table{border-collapse:collapse;"
+        "font-size:0.9em}th,td{border:1px solid #d0d7de;padding:0.25em 0.55em;text-align:right}"
+        "td:first-child,td:nth-child(2){text-align:left}img{max-width:100%}</style>\n</head>\n"
+        f"<body>\n<h1>{TITLE}</h1>\n<p>{escape(CAPTION)}</p>\n"
+        f'<table id="datasets-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n'
+        f"{figure}\n<p><strong>Headline score of each dataset</strong></p><ul>{items}</ul>\n"
+        f"<footer>{escape(created)}</footer>\n</body>\n</html>\n"
+    )
+
+
+def write_across(summary: Any, folder: str | Path, figures: bool = True) -> None:
+    """Write every file of a models x datasets summary.
+
+    Parameters
+    ----------
+    summary
+        A :class:`~scperteval.scoring.across.AcrossDatasets`.
+    folder
+        Output folder (created if needed); each file written atomically.
+    figures
+        Draw the heatmap (``figures/datasets.png`` and ``.svg``) and embed it.
+
+    """
+    from scperteval.reporting.figures import render
+
+    folder = Path(folder)
+    created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    write_atomic(folder / "datasets.csv", lambda p: summary.table.to_csv(p, index=False))
+    write_atomic(folder / "datasets_long.csv", lambda p: summary.long.to_csv(p, index=False))
+    markdown, latex = across_markdown(summary), across_latex(summary)
+    write_atomic(folder / "datasets.md", _text(markdown))
+    write_atomic(folder / "datasets.tex", _text(latex))
+    png = None
+    if figures:
+        png, svg = render(across_heatmap(summary))
+        write_atomic(folder / "figures" / "datasets.png", _bytes(png))
+        write_atomic(folder / "figures" / "datasets.svg", _bytes(svg))
+    page = across_html(summary, png, created)
+    write_atomic(folder / "datasets.html", _text(page))
+
+
+def _text(text: str) -> Any:
+    def write(path: Path) -> None:
+        path.write_text(text, encoding="utf-8")
+
+    return write
+
+
+def _bytes(data: bytes) -> Any:
+    def write(path: Path) -> None:
+        path.write_bytes(data)
+
+    return write

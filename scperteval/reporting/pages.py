@@ -1,0 +1,201 @@
+"""Figures over many protocols or entries: per-perturbation pages and the win/tie/loss matrix.
+
+- :func:`per_perturbation_figures`: every trusted protocol (all protocols in
+  plain mode), ``PROTOCOLS_PER_PAGE`` panels a page; each panel lists the
+  perturbations (labelled) and shows each ranked model's calibrated score on
+  it, with the controls' levels 0 and 1; values beyond the axis are drawn at
+  its edge as triangles.
+- :func:`versus_figure`: wins minus losses of each entry (row) against each
+  other (column) over the trusted protocols, each cell annotated
+  ``wins/ties/losses``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import matplotlib as mpl
+import numpy as np
+import pandas as pd
+from matplotlib.colors import TwoSlopeNorm
+from matplotlib.figure import Figure
+
+__all__ = ["per_perturbation_figures", "versus_figure", "PROTOCOLS_PER_PAGE", "MAX_LABELS"]
+
+PROTOCOLS_PER_PAGE = 6
+MAX_LABELS = 60
+AXIS_LIMIT = 2.0
+KEYS = ["covariate", "perturbation"]
+
+
+def _entries(result: Any) -> list[str]:
+    """User models first (leaderboard order), then the ranked baselines."""
+    table = result.leaderboard.table
+    models = [str(m) for m in table.loc[table["kind"] == "model", "model"]]
+    return models or [str(m) for m in table["model"]][:6]
+
+
+def _labels(index: pd.MultiIndex) -> list[str]:
+    covariates = set(index.get_level_values(0))
+    if len(covariates) == 1:
+        return [str(p) for _, p in index]
+    return [f"{p} ({c})" for c, p in index]
+
+
+def _page(
+    result: Any, protocols: list[str], entries: list[str], value: str, number: int, total: int
+) -> Figure:
+    results = result.results
+    part = results[results["protocol"].isin(protocols) & results["source_name"].isin(entries)]
+    order = part[KEYS].drop_duplicates().sort_values(KEYS)
+    shown_note = ""
+    if len(order) > MAX_LABELS:
+        # The perturbations where the entries disagree most, so the labels stay legible.
+        spread = part.groupby(KEYS, observed=True)[value].std().sort_values(ascending=False)
+        order = spread.index[:MAX_LABELS].to_frame(index=False).sort_values(KEYS)
+        shown_note = f" ({MAX_LABELS} of {len(spread)} perturbations, most disputed)"
+    index = pd.MultiIndex.from_frame(order)
+    n_cols = min(3, len(protocols))
+    n_rows = math.ceil(len(protocols) / n_cols)
+    height = 0.6 + n_rows * (0.9 + 0.15 * len(index))
+    fig = Figure(figsize=(4.2 * n_cols + 1.2, height), layout="constrained")
+    axes = fig.subplots(n_rows, n_cols, squeeze=False).ravel()
+    cmap = mpl.colormaps["tab10"]
+    positions = np.arange(len(index))
+    labels = _labels(index)
+    for ax_number, (ax, protocol) in enumerate(zip(axes, protocols, strict=False)):
+        frame = part[part["protocol"] == protocol]
+        if value == "calibrated":
+            ax.axvline(0.0, color="#7f7f7f", linestyle="--", linewidth=1)
+            ax.axvline(1.0, color="#2e7d32", linestyle="--", linewidth=1)
+            ax.set_xlim(-AXIS_LIMIT - 0.15, AXIS_LIMIT + 0.15)
+        for k, entry in enumerate(entries):
+            series = frame[frame["source_name"] == entry].set_index(KEYS)[value]
+            series = series[~series.index.duplicated()].reindex(index)
+            x = series.to_numpy(dtype=np.float64)
+            y = positions + (k - (len(entries) - 1) / 2) * 0.12
+            colour = cmap(k % 10)
+            if value == "calibrated":
+                inside = np.abs(x) <= AXIS_LIMIT
+                ax.scatter(x[inside], y[inside], s=14, color=colour, label=entry, zorder=3)
+                for sign, marker in ((1, ">"), (-1, "<")):
+                    beyond = np.isfinite(x) & (sign * x > AXIS_LIMIT)
+                    ax.scatter(
+                        np.full(beyond.sum(), sign * AXIS_LIMIT),
+                        y[beyond],
+                        s=22,
+                        marker=marker,
+                        color=colour,
+                        zorder=3,
+                    )
+            else:
+                ax.scatter(x, y, s=14, color=colour, label=entry, zorder=3)
+        ax.set_yticks(positions, labels if ax_number % n_cols == 0 else [""] * len(labels))
+        ax.tick_params(axis="y", labelsize=6)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.set_ylim(len(index) - 0.5, -0.5)
+        ax.grid(axis="y", color="#eeeeee", linewidth=0.5)
+        trusted = protocol in result.leaderboard.trusted
+        ax.set_title(protocol + ("" if trusted else " (not trusted)"), fontsize=8)
+        ax.set_xlabel("calibrated score" if value == "calibrated" else "raw value", fontsize=7)
+    for ax in axes[len(protocols) :]:
+        ax.set_visible(False)
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", ncols=min(len(names), 6), fontsize=7)
+    fig.suptitle(
+        f"Per-perturbation scores, page {number} of {total}{shown_note}: dashed lines at 0 "
+        f"(negative control) and 1 (positive control); triangles: beyond \u00b1{AXIS_LIMIT:g}",
+        fontsize=9,
+    )
+    return fig
+
+
+def per_perturbation_figures(result: Any) -> dict[str, Figure]:
+    """One figure per page of protocols, covering every trusted protocol.
+
+    Parameters
+    ----------
+    result
+        A :class:`~scperteval.scoring.result.ScoreResult`.
+
+    Returns
+    -------
+    dict
+        ``per_perturbation_1``, ``per_perturbation_2``, ... to figures whose
+        label (``Figure.get_label()``) is their caption; empty when there is
+        nothing to draw.
+
+    """
+    board = result.leaderboard
+    if result.results.empty or board.table.empty:
+        return {}
+    protocols = list(board.trusted) if board.calibrated else list(board.protocols)
+    if not protocols:
+        return {}
+    entries = _entries(result)
+    value = "calibrated" if board.calibrated else "value"
+    pages = [
+        protocols[i : i + PROTOCOLS_PER_PAGE] for i in range(0, len(protocols), PROTOCOLS_PER_PAGE)
+    ]
+    figures = {}
+    for number, chosen in enumerate(pages, start=1):
+        fig = _page(result, chosen, entries, value, number, len(pages))
+        fig.set_label(
+            f"Per-perturbation scores, page {number} of {len(pages)}: {', '.join(chosen)}."
+        )
+        figures[f"per_perturbation_{number}"] = fig
+    return figures
+
+
+def versus_figure(result: Any) -> Figure | None:
+    """Wins minus losses of each entry against each other, annotated wins/ties/losses.
+
+    Parameters
+    ----------
+    result
+        A :class:`~scperteval.scoring.result.ScoreResult` with a ``wins`` table.
+
+    Returns
+    -------
+    matplotlib.figure.Figure or None
+        ``None`` when no pair was compared.
+
+    """
+    wins = getattr(result, "wins", None)
+    if wins is None or wins.empty:
+        return None
+    order = [str(m) for m in result.leaderboard.table["model"] if str(m) in set(wins["entry"])]
+    n = len(order)
+    balance = np.full((n, n), np.nan)
+    text = [["" for _ in order] for _ in order]
+    where = {name: i for i, name in enumerate(order)}
+    for row in wins.itertuples():
+        if row.entry not in where or row.other not in where or not row.n_protocols:
+            continue
+        i, j = where[row.entry], where[row.other]
+        balance[i, j] = (row.wins - row.losses) / row.n_protocols
+        text[i][j] = f"{row.wins}/{row.ties}/{row.losses}"
+    fig = Figure(figsize=(2.4 + 0.75 * n, 1.6 + 0.5 * n), layout="constrained")
+    ax = fig.add_subplot()
+    cmap = mpl.colormaps["RdBu"].with_extremes(bad="#f0f0f0")
+    image = ax.imshow(balance, cmap=cmap, norm=TwoSlopeNorm(vmin=-1, vcenter=0, vmax=1))
+    for i in range(n):
+        for j in range(n):
+            if text[i][j]:
+                dark = abs(balance[i, j]) > 0.6
+                ax.text(
+                    j,
+                    i,
+                    text[i][j],
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if dark else "black",
+                )
+    ax.set_xticks(range(n), order, rotation=45, ha="right", rotation_mode="anchor", fontsize=8)
+    ax.set_yticks(range(n), order, fontsize=8)
+    bar = fig.colorbar(image, ax=ax, shrink=0.8)
+    bar.set_label("(wins - losses) / protocols, row against column")
+    ax.set_title("wins/ties/losses of the row entry over the trusted protocols", fontsize=9)
+    return fig
