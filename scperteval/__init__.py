@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from scperteval.data.dataset import Dataset
     from scperteval.data.load import load_dataset
     from scperteval.engine.calibrators import Thresholds
+    from scperteval.scoring.prediction_readers import PredictionArray
     from scperteval.simulation import simulate, simulate_predictions
     from scperteval.workflows.calibrate import calibrate
     from scperteval.workflows.de import de
@@ -26,6 +27,7 @@ __all__ = [
     "__version__",
     "Context",
     "Dataset",
+    "PredictionArray",
     "Thresholds",
     "calibrate",
     "de",
@@ -44,6 +46,7 @@ _LAZY = {
     "simulate": "scperteval.simulation",
     "simulate_predictions": "scperteval.simulation",
     "Thresholds": "scperteval.engine.calibrators",
+    "PredictionArray": "scperteval.scoring.prediction_readers",
     "calibrate": "scperteval.workflows.calibrate",
     "score": "scperteval.workflows.score",
     "report": "scperteval.workflows.report",

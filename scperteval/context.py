@@ -21,6 +21,7 @@ from scperteval.data.layout import HALVES, GroupLayout
 from scperteval.errors import SpecError
 from scperteval.metrics.weights import deg_weights_from_statistic
 from scperteval.stats.de_methods import DE_METHODS
+from scperteval.stats.de_tables import PrecomputedDE
 from scperteval.stats.diffexp import REFERENCES, DEResult, adjust_pvalues, log_fold_change
 from scperteval.stats.groups import GroupStats, leave_one_out, merge_groups
 
@@ -68,6 +69,7 @@ class Context:
         self.weight_exponent = float(weight_exponent)
         self.progress = progress
         self._memo = Memo()
+        self._de_tables: dict[tuple[str, str, str], PrecomputedDE] = {}
 
     # ---------------------------------------------------------------- layout
     @property
@@ -203,17 +205,51 @@ class Context:
         DE_METHODS.get(method)
         _check_choice("reference", reference, REFERENCES)
         _check_choice("half", half, HALVES)
-        return self._memo.get(
-            ("de", method, reference, half), lambda: self._de(method, reference, half)
+        key = (method, reference, half)
+        table = self._de_tables.get(key)
+        compute = self._de if table is None else self._de_from_table
+        return self._memo.get(("de", *key), lambda: compute(method, reference, half))
+
+    def use_de_table(self, table: PrecomputedDE) -> None:
+        """Read DE of ``(table.method, table.reference, table.half)`` from ``table``.
+
+        The table (see :func:`~scperteval.stats.de_tables.read_de_table`) replaces the
+        computation of that DE wherever the run needs it (spaces, weights, DEG masks,
+        DE protocols); its mean columns, when absent, come from the group statistics.
+
+        Raises
+        ------
+        SpecError
+            If DE for the same method, reference and half was computed or given already.
+
+        """
+        key = (table.method, table.reference, table.half)
+        if ("de", *key) in self._memo or key in self._de_tables:
+            raise SpecError(
+                f"DE for method {key[0]!r}, reference {key[1]!r}, half {key[2]!r} is given twice"
+            )
+        self._de_tables[key] = table
+
+    @property
+    def de_tables(self) -> list[dict[str, str]]:
+        """The precomputed DE tables in use, as recorded in ``run.json``."""
+        return [table.record() for table in self._de_tables.values()]
+
+    def _de_groups(self, reference: str, half: str) -> tuple[GroupStats, GroupStats]:
+        """Statistics of each condition's target cells and of its reference cells."""
+        if reference == "rest":
+            return self.condition_stats(half), self.rest_stats()
+        control = self.control_stats().select(self.layout.condition_covariate)
+        return self.condition_stats(half), control
+
+    def _de_from_table(self, method: str, reference: str, half: str) -> DEResult:
+        target, ref = self._de_groups(reference, half)
+        return self._de_tables[(method, reference, half)].result(
+            self.layout.conditions, self.genes, (target.mean, ref.mean)
         )
 
     def _de(self, method: str, reference: str, half: str) -> DEResult:
-        target = self.condition_stats(half)
-        ref = (
-            self.rest_stats()
-            if reference == "rest"
-            else self.control_stats().select(self.layout.condition_covariate)
-        )
+        target, ref = self._de_groups(reference, half)
         statistic, pvalue = DE_METHODS.get(method).func(self, target, ref, reference, half)
         return DEResult(
             conditions=self.layout.conditions,

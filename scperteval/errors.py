@@ -27,3 +27,7 @@ class MissingExtraError(ScpertevalError, ImportError):
             f"{feature} needs the optional package '{package}'; "
             f"install it with: pip install 'scperteval[{extra}]'"
         )
+
+
+class ScpertevalWarning(UserWarning):
+    """Something scperteval did with the input that the user should know about."""

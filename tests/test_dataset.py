@@ -68,7 +68,8 @@ def test_missing_covariate_column(sim_adata):
 def test_control_label_absent(sim_path):
     with raises(
         f"{re.escape(str(sim_path))}: control label 'ctrl' not found in column 'perturbation'; "
-        r"available labels: 'G1', 'G1\+G9', 'G10', .*'control'"
+        r"labels that look like controls: 'control' \(--control-label\); "
+        r"other labels: 'G1', 'G1\+G9', 'G10', "
     ):
         Dataset(sim_path, control_label="ctrl")
 
@@ -399,7 +400,7 @@ def test_load_dataset_refuses_unknown_and_conflicting_options(sim_adata):
     from scperteval.data.load import load_dataset
     from scperteval.errors import SpecError
 
-    with pytest.raises(TypeError, match="unknown dataset option 'perturbaton_key'.*perturbation_key"):
+    with pytest.raises(TypeError, match="option 'perturbaton_key'.*'perturbation_key'"):
         load_dataset(sim_adata, perturbaton_key="perturbation")  # type: ignore[call-arg]
     dataset = Dataset(sim_adata)
     with pytest.raises(SpecError, match="min_cells=10 differs from the open Dataset's 4"):
@@ -411,3 +412,14 @@ def test_entry_points_reject_a_misspelt_dataset_option(sim_adata):
 
     with pytest.raises(TypeError, match="did you mean 'covariate_key'"):
         scperteval.calibrate(sim_adata, "mse", covariate_kye="cell_line")  # type: ignore[call-arg]
+
+
+def test_missing_perturbation_column_names_the_column_with_the_control_label(sim_adata):
+    sim_adata.obs = sim_adata.obs.rename(columns={"perturbation": "guide_target"})
+    with raises(r"column 'guide_target' holds the control label 'control'"):
+        Dataset(sim_adata, perturbation_key="condition")
+    sim_adata.obs["guide_target"] = (
+        sim_adata.obs["guide_target"].astype(str).replace({"control": "non-targeting"})
+    )
+    with raises(r"column 'guide_target' holds labels that look like controls: 'non-targeting'"):
+        Dataset(sim_adata, perturbation_key="condition")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,12 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from scperteval.data.labels import (
+    check_reading_options,
+    control_label_hint,
+    listing,
+    looks_like_control,
+)
 from scperteval.data.matrix_io import (
     csr_row_view,
     is_dask,
@@ -115,6 +121,9 @@ class Dataset:
     ) -> None:
         self.source = str(data) if isinstance(data, (str, os.PathLike)) else "AnnData"
         self.path = Path(data) if isinstance(data, (str, os.PathLike)) else None
+        check_reading_options(
+            perturbation_key, covariate_key, min_cells, subset, backed, chunk_cells
+        )
         self.adata, self._matrices_on_disk = open_data(data, backed)
         self._disk_matrix: Any = None
         self.perturbation_key = perturbation_key
@@ -130,6 +139,12 @@ class Dataset:
         self.subset = {str(k): v for k, v in (subset or {}).items()}
         self.cell_index = self._select_cells(self.subset)
         obs = self.adata.obs.iloc[self.cell_index]
+        unlabelled = int(obs[perturbation_key].isna().sum())
+        if unlabelled:
+            raise self._fail(
+                f"{unlabelled} cell(s) have no label (NaN or None) in column "
+                f"{perturbation_key!r}; label them or remove them (e.g. with subset=...)"
+            )
         self.perturbation_labels = obs[perturbation_key].astype(str).to_numpy()
         if covariate_key is None:
             self.covariate_labels = np.full(self.cell_index.shape[0], ALL_COVARIATES, dtype=object)
@@ -308,9 +323,10 @@ class Dataset:
             ("covariate", self.covariate_key),
         ):
             if key is not None and key not in self.adata.obs.columns:
+                hint = self._label_column_hint() if role == "perturbation" else ""
                 raise self._fail(
                     f"{role} column {key!r} not found in obs; "
-                    f"available columns: {_listing(columns)}"
+                    f"available columns: {listing(columns)}{hint}"
                 )
         if self._matrices_on_disk is None:
             layers = list(map(str, self.adata.layers.keys()))
@@ -318,7 +334,7 @@ class Dataset:
             layers = [name for name in self._matrices_on_disk if name is not None]
         if self.layer is not None and self.layer not in layers:
             raise self._fail(
-                f"layer {self.layer!r} not found; available layers: {_listing(layers) or '(none)'}"
+                f"layer {self.layer!r} not found; available layers: {listing(layers) or '(none)'}"
             )
         if (
             self.layer is None
@@ -330,7 +346,7 @@ class Dataset:
         if names.has_duplicates:
             duplicated = names[names.duplicated()].unique().tolist()
             raise self._fail(
-                f"duplicate gene names in var_names: {_listing(duplicated)} "
+                f"duplicate gene names in var_names: {listing(duplicated)} "
                 "(make them unique, e.g. adata.var_names_make_unique())"
             )
 
@@ -340,7 +356,7 @@ class Dataset:
             if column not in self.adata.obs.columns:
                 raise self._fail(
                     f"subset column {column!r} not found in obs; available columns: "
-                    f"{_listing(list(map(str, self.adata.obs.columns)))}"
+                    f"{listing(list(map(str, self.adata.obs.columns)))}"
                 )
             values = self.adata.obs[column].astype(str)
             wanted = [accepted] if isinstance(accepted, (str, int, float)) else list(accepted)
@@ -348,11 +364,28 @@ class Dataset:
             missing = sorted(set(wanted) - set(values.unique()))
             if missing:
                 raise self._fail(
-                    f"subset value(s) {_listing(missing)} not found in column {column!r}; "
-                    f"available: {_listing(sorted(values.unique()))}"
+                    f"subset value(s) {listing(missing)} not found in column {column!r}; "
+                    f"available: {listing(sorted(values.unique()))}"
                 )
             keep &= values.isin(wanted).to_numpy()
         return np.flatnonzero(keep)
+
+    def _label_column_hint(self) -> str:
+        """`` (column 'x' holds the control label 'y')`` for columns that look like labels."""
+        for column in self.adata.obs.columns:
+            values = self.adata.obs[column]
+            if pd.api.types.is_numeric_dtype(values):
+                continue
+            distinct = set(map(str, pd.unique(values.astype(str))))
+            if self.control_label in distinct:
+                return f" (column {str(column)!r} holds the control label {self.control_label!r})"
+            controls = sorted(label for label in distinct if looks_like_control(label))
+            if controls and len(distinct) > 2:
+                return (
+                    f" (column {str(column)!r} holds labels that look like controls: "
+                    f"{listing(controls, limit=3)})"
+                )
+        return ""
 
     def _check_labels(self) -> None:
         key = self.perturbation_key
@@ -360,8 +393,17 @@ class Dataset:
         if self.control_label not in set(labels.tolist()):
             raise self._fail(
                 f"control label {self.control_label!r} not found in column {key!r}; "
-                f"available labels: {_listing(sorted(set(labels.tolist())))}"
+                + control_label_hint(sorted(set(labels.tolist())))
             )
+        for covariate in self.covariates:
+            in_group = self.covariate_labels == covariate
+            n_controls = int(np.sum(labels[in_group] == self.control_label))
+            if n_controls == 1:
+                where = "" if self.covariate_key is None else f" in covariate group {covariate!r}"
+                raise self._fail(
+                    f"only one control cell{where}; the control mean and the control "
+                    "samples need at least 2"
+                )
         if self.covariate_key is not None:
             for covariate in self.covariates:
                 in_group = self.covariate_labels == covariate
@@ -399,6 +441,7 @@ class Dataset:
         maximum = -np.inf
         minimum = np.inf
         all_integer = True
+        stored = 0
         layer = f"layer {self.layer!r}" if self.layer else "X"
         normalize, self.normalize = self.normalize, False
         try:
@@ -411,14 +454,33 @@ class Dataset:
                     bad = values[~np.isfinite(values)]
                     raise self._fail(
                         f"{layer} contains {n_nonfinite} non-finite value(s) "
-                        f"(e.g. {_listing(sorted(set(map(str, bad[:5].tolist()))))}); "
+                        f"(e.g. {listing(sorted(set(map(str, bad[:5].tolist()))))}); "
                         "remove or impute them"
                     )
                 minimum = min(minimum, low)
                 maximum = max(maximum, high)
                 all_integer = all_integer and integral
+                stored += values.size
         finally:
             self.normalize = normalize
+        if stored < self.n_cells * self.n_genes:
+            # Sparse storage leaves zeros implicit: they are values too.
+            minimum, maximum = min(minimum, 0.0), max(maximum, 0.0)
+        if minimum == maximum:
+            raise self._fail(
+                f"{layer} has no variation (every value is {minimum:g}); nothing can be "
+                "compared or calibrated"
+            )
+        if self.normalize and not all_integer:
+            raise self._fail(
+                f"{layer} holds non-integer values (up to {maximum:g}), not raw counts; "
+                "it looks normalised already: drop normalize=True (CLI: --normalize)"
+            )
+        if not all_integer and maximum > RAW_COUNT_MAX:
+            raise self._fail(
+                f"{layer} holds values up to {maximum:g}, beyond log-normalised expression "
+                "(log1p of counts per 10,000 stays below about 10); give log-normalised data"
+            )
         if minimum < 0:
             raise self._fail(
                 f"{layer} contains negative values (minimum {minimum:g}); expected "
@@ -476,9 +538,3 @@ def _scan(values: np.ndarray) -> tuple[int, float, float, bool]:
         max(float(part[2]) for part in parts),
         all(bool(part[3]) for part in parts),
     )
-
-
-def _listing(values: Sequence[Any], limit: int = 12) -> str:
-    shown = ", ".join(repr(v) if isinstance(v, str) else str(v) for v in list(values)[:limit])
-    extra = len(values) - limit
-    return shown + (f", ... ({extra} more)" if extra > 0 else "")
