@@ -28,7 +28,7 @@ from scperteval.metrics import DegenerateInput
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
 
-__all__ = ["baseline_candidates", "linear_baseline", "BASELINES"]
+__all__ = ["baseline_candidates", "fit_linear_baseline", "linear_baseline", "BASELINES"]
 
 BASELINES = (
     "dataset_mean",
@@ -68,6 +68,26 @@ def _source_getter(name: str):  # type: ignore[no-untyped-def]
 
 
 def linear_baseline(engine: Engine, condition: int) -> SourceData:
+    """Ridge prediction of a perturbation's centroid from its target genes' embeddings.
+
+    Fitted once per perturbation and run, whatever the number of protocols scoring
+    it (the fit, or the reason it cannot be made, is kept by the engine); see
+    :func:`fit_linear_baseline` for the definition.
+    """
+    outcome = engine.memo(("baseline", "linear", condition), lambda: _outcome(engine, condition))
+    if isinstance(outcome, DegenerateInput):
+        raise outcome
+    return outcome
+
+
+def _outcome(engine: Engine, condition: int) -> SourceData | DegenerateInput:
+    try:
+        return fit_linear_baseline(engine, condition)
+    except DegenerateInput as exc:
+        return exc
+
+
+def fit_linear_baseline(engine: Engine, condition: int) -> SourceData:
     """Ridge prediction of a perturbation's centroid from its target genes' embeddings.
 
     For perturbation ``p`` in covariate group ``c``:
