@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import numbers
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -245,6 +246,17 @@ def check_options(entry: Entry, options: Mapping[str, Any], kind: str = "functio
             f"{kind} {entry.name!r} has no option {', '.join(map(repr, unknown))}; "
             f"valid options: {', '.join(valid) or '(none)'}"
         )
+    for name in sorted(set(options) & COUNT_OPTIONS):
+        value = options[name]
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise SpecError(
+                f"{kind} {entry.name!r}: option {name} must be a whole number of at least 1, "
+                f"got {value!r}"
+            )
+
+
+#: Options that count something (genes, components): whole numbers of at least 1.
+COUNT_OPTIONS = frozenset({"k"})
 
 
 def did_you_mean(name: str, choices: list[str]) -> str:

@@ -1,11 +1,11 @@
 """Bad input on the command line: refused before any work, in one line, with exit code 2.
 
-Every case is one row of :data:`CASES`: the arguments (``{data}``, ``{out}`` and
-``{tmp}`` are filled in with a small generated dataset, a fresh output folder
-and the test's temporary folder) and a pattern the error line must match. Each
-case must exit with code 2, print exactly one ``error:`` line and no traceback,
-and leave nothing at ``{out}``. A new input, option or file format adds its bad
-cases here.
+Every case is one row of :data:`CASES`: the arguments (``{data}``, ``{out}``,
+``{tmp}`` and ``{bad}`` are filled in with a small generated dataset, a fresh
+output folder, the test's temporary folder and a folder of malformed files)
+and a pattern the error line must match. Each case must exit with code 2,
+print exactly one ``error:`` line and no traceback, and leave nothing at
+``{out}``. A new input, option or file format adds its bad cases here.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from scperteval.cli import main
+from scperteval.errors import DatasetError, SpecError
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +27,76 @@ def small_path(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("bad_input") / "small.h5ad"
     adata.write_h5ad(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def bad_files(small_path) -> Path:
+    """Malformed prediction and DE files for the small dataset, in one folder."""
+    import anndata as ad
+    import numpy as np
+    import pandas as pd
+
+    folder = small_path.parent / "bad_files"
+    folder.mkdir()
+    truth = ad.read_h5ad(small_path)
+    genes = list(truth.var_names)
+    labels = sorted(set(truth.obs["perturbation"].astype(str)) - {"control"})
+    good = pd.DataFrame(np.full((len(labels), len(genes)), 0.5), columns=genes)
+    good.insert(0, "perturbation", labels)
+    (folder / "model.xyz").write_text("x")
+    good.drop(columns="perturbation").to_csv(folder / "nolabels.csv", index=False)
+    signs = np.where(np.arange(len(genes)) % 2 == 0, 0.3, -0.3)
+    changes = pd.DataFrame(np.tile(signs, (len(labels), 1)), columns=genes)
+    changes.insert(0, "perturbation", labels)
+    changes.to_csv(folder / "negative.csv", index=False)
+    good.assign(**{genes[0]: 300.0}).to_csv(folder / "counts.csv", index=False)
+    good.assign(**{genes[1]: "x"}).to_csv(folder / "text.csv", index=False)
+    good.rename(columns={genes[0]: genes[0].lower()}).to_csv(folder / "case.csv", index=False)
+    good.to_csv(folder / "good.csv", index=False)
+    np.savez(folder / "lacking.npz", X=np.zeros((2, 2)))
+    (folder / "broken.parquet").write_text("not parquet")
+    (folder / "empty.toml").write_text('description = "no protocols"\n')
+    (folder / "binary.toml").write_bytes(bytes(range(256)))
+    (folder / "a_file").write_text("not a folder")
+
+    calibrated = folder / "calibrate_run"
+    calibrated.mkdir()
+    (calibrated / "run.json").write_text('{"command": "calibrate", "options": {}}')
+    pd.DataFrame({"value": [1.0]}).to_parquet(calibrated / "results.parquet")
+    pd.DataFrame({"protocol": ["mse"]}).to_csv(calibrated / "protocols.csv", index=False)
+    damaged = folder / "damaged_run"
+    damaged.mkdir()
+    (damaged / "run.json").write_text('{"command": "score", "options": {}}')
+    (damaged / "results.parquet").write_text("not parquet")
+    (damaged / "protocols.csv").write_text("protocol\nmse\n")
+
+    def unlabel(adata):
+        labels = adata.obs["perturbation"].astype(object).copy()
+        labels.iloc[5] = None
+        adata.obs = adata.obs.assign(perturbation=labels)
+
+    for name, change in {
+        "unlabelled": unlabel,
+        "constant": lambda a: setattr(a, "X", np.ones(a.shape, dtype=np.float32)),
+        "huge": lambda a: setattr(a, "X", np.asarray(a.X.todense()) * 1e30 + 0.5),
+        "one_control": lambda a: None,
+    }.items():
+        adata = truth.copy()
+        if name == "one_control":
+            controls = np.flatnonzero(adata.obs["perturbation"].astype(str) == "control")
+            adata = adata[np.setdiff1d(np.arange(adata.n_obs), controls[1:])].copy()
+        change(adata)
+        adata.write_h5ad(folder / f"{name}.h5ad")
+    pd.DataFrame({"a": [1]}).to_csv(folder / "de_wrong.csv", index=False)
+    for name, metric in (
+        ("overlap_k0", "cell_eval_overlap(k=0)"),
+        ("nsig_side", "cell_eval_nsig_count(side='both')"),
+    ):
+        (folder / f"{name}.toml").write_text(
+            f'[[protocol]]\nname = "{name}"\nmetric = "{metric}"\n'
+            'negative = "matched_perturbed_sample"\n'
+        )
+    return folder
 
 
 #: (case id, arguments, pattern of the error line)
@@ -76,9 +147,430 @@ CASES: list[tuple[str, list[str], str]] = [
         r"float32",
     ),
     (
+        "prediction of an unknown format",
+        ["score", "{data}", "--pred", "m={bad}/model.xyz", "--out", "{out}"],
+        r"cannot read model\.xyz: accepted files are \.h5ad, \.csv",
+    ),
+    (
+        "prediction table without labels",
+        ["score", "{data}", "--pred", "m={bad}/nolabels.csv", "--out", "{out}"],
+        r"no perturbation labels",
+    ),
+    (
+        "undeclared changes from the control",
+        ["score", "{data}", "--pred", "m={bad}/negative.csv", "--out", "{out}"],
+        r"look like changes from the control.*--delta m",
+    ),
+    (
+        "prediction on a count scale",
+        ["score", "{data}", "--pred", "m={bad}/counts.csv", "--out", "{out}"],
+        r"values up to 300 look like an expm1 or count scale",
+    ),
+    (
+        "prediction table with a text column",
+        ["score", "{data}", "--pred", "m={bad}/text.csv", "--out", "{out}"],
+        r"not numeric",
+    ),
+    (
+        "prediction genes in another case",
+        ["score", "{data}", "--pred", "m={bad}/case.csv", "--out", "{out}"],
+        r"match only up to case",
+    ),
+    (
+        "npz without its arrays",
+        ["score", "{data}", "--pred", "m={bad}/lacking.npz", "--out", "{out}"],
+        r"lacks array\(s\) perturbations, genes",
+    ),
+    (
+        "unreadable parquet prediction",
+        ["score", "{data}", "--pred", "m={bad}/broken.parquet", "--out", "{out}"],
+        r"cannot read .*broken\.parquet as Parquet table",
+    ),
+    (
+        "delta for an unknown model",
+        ["score", "{data}", "--pred", "m={bad}/good.csv", "--delta", "x", "--out", "{out}"],
+        r"--delta names no given model: 'x'",
+    ),
+    (
+        "empty model name",
+        ["score", "{data}", "--pred", "={bad}/good.csv", "--out", "{out}"],
+        r"model names must be non-empty",
+    ),
+    (
+        "DE table absent",
+        ["calibrate", "{data}", "-p", "mse", "--de-table", "{tmp}/nope", "--out", "{out}"],
+        r"DE table .*nope: not found",
+    ),
+    (
+        "DE table of another format",
+        ["calibrate", "{data}", "-p", "mse", "--de-table", "{bad}/de_wrong.csv", "--out", "{out}"],
+        r"neither scperteval's columns",
+    ),
+    (
+        "NaN perturbation labels",
+        ["calibrate", "{bad}/unlabelled.h5ad", "-p", "mse", "--out", "{out}"],
+        r"1 cell\(s\) have no label \(NaN or None\) in column 'perturbation'",
+    ),
+    (
+        "a constant matrix",
+        ["calibrate", "{bad}/constant.h5ad", "-p", "mse", "--out", "{out}"],
+        r"X has no variation \(every value is 1\)",
+    ),
+    (
+        "values far beyond log expression",
+        ["calibrate", "{bad}/huge.h5ad", "-p", "mse", "--out", "{out}"],
+        r"beyond log-normalised expression",
+    ),
+    (
+        "one control cell",
+        ["calibrate", "{bad}/one_control.h5ad", "-p", "mse", "--out", "{out}"],
+        r"only one control cell",
+    ),
+    (
+        "--normalize on log-normalised data",
+        ["calibrate", "{data}", "-p", "mse", "--normalize", "--out", "{out}"],
+        r"not raw counts.*drop normalize=True",
+    ),
+    (
+        "perturbation key equal to the covariate key",
+        ["calibrate", "{data}", "-p", "mse", "--covariate-key", "perturbation", "--out", "{out}"],
+        r"both 'perturbation'",
+    ),
+    (
+        "--chunk-cells 0",
+        ["calibrate", "{data}", "-p", "mse", "--chunk-cells", "0", "--out", "{out}"],
+        r"chunk_cells must be a whole number of at least 1",
+    ),
+    (
+        "--workers 0",
+        ["calibrate", "{data}", "-p", "mse", "--workers", "0", "--out", "{out}"],
+        r"workers must be a whole number of at least 1, got 0",
+    ),
+    (
+        "--workers -1",
+        ["score", "{data}", "--pred", "m={bad}/good.csv", "--workers", "-1", "--out", "{out}"],
+        r"workers must be a whole number of at least 1, got -1",
+    ),
+    (
+        "unknown device",
+        ["calibrate", "{data}", "-p", "mse", "--device", "gpu", "--out", "{out}"],
+        r"unknown device 'gpu'",
+    ),
+    (
+        "empty protocol list",
+        ["calibrate", "{data}", "-p", "", "--out", "{out}"],
+        r"no protocol given",
+    ),
+    (
+        "misspelt suite",
+        ["calibrate", "{data}", "-p", "defualt", "--out", "{out}"],
+        r"did you mean 'default'",
+    ),
+    (
+        "k of zero",
+        ["calibrate", "{data}", "-p", "mse_top_k=0", "--out", "{out}"],
+        r"option k must be a whole number of at least 1, got 0",
+    ),
+    (
+        "negative k",
+        ["calibrate", "{data}", "-p", "mse_top_k=-5", "--out", "{out}"],
+        r"got -5",
+    ),
+    (
+        "fractional k",
+        ["calibrate", "{data}", "-p", "mse_top_k=2.5", "--out", "{out}"],
+        r"got 2\.5",
+    ),
+    (
+        "suite without protocols",
+        ["calibrate", "{data}", "-p", "{bad}/empty.toml", "--out", "{out}"],
+        r"defines no protocol",
+    ),
+    (
+        "binary suite file",
+        ["calibrate", "{data}", "-p", "{bad}/binary.toml", "--out", "{out}"],
+        r"not valid TOML",
+    ),
+    (
+        "BDS threshold above 1",
+        ["calibrate", "{data}", "-p", "mse", "--thresholds", "bds=5", "--out", "{out}"],
+        r"bds must lie in \[0, 1\], got 5",
+    ),
+    (
+        "DRF threshold above 1",
+        ["calibrate", "{data}", "-p", "mse", "--thresholds", "drf=2", "--out", "{out}"],
+        r"drf must be a number at most 1",
+    ),
+    (
+        "zero perturbations needed for trust",
+        [
+            "score",
+            "{data}",
+            "-p",
+            "mse",
+            "--pred",
+            "m={bad}/good.csv",
+            "--min-perturbations",
+            "0",
+            "--out",
+            "{out}",
+        ],
+        r"--min-perturbations must be at least 1, got 0",
+    ),
+    (
+        "negative perturbations needed for trust in a report",
+        ["report", "{tmp}", "--min-perturbations", "-3", "--out", "{out}"],
+        r"--min-perturbations must be at least 1, got -3",
+    ),
+    (
+        "output folder is a file",
+        ["calibrate", "{data}", "-p", "mse", "--out", "{bad}/a_file"],
+        r"is an existing file, not a folder",
+    ),
+    (
+        "output to /dev/null",
+        ["de", "{data}", "--out", "/dev/null"],
+        r"/dev/null is an existing file",
+    ),
+    (
+        "output folder not writable",
+        ["score", "{data}", "--pred", "m={bad}/good.csv", "--out", "/proc/1/results"],
+        r"not writable",
+    ),
+    (
+        "demo with zero workers",
+        ["demo", "--workers", "0", "--out", "{out}"],
+        r"workers must be a whole number of at least 1, got 0",
+    ),
+    (
+        "report on a calibrate folder",
+        ["report", "{bad}/calibrate_run", "--out", "{out}"],
+        r"holds the output of 'scperteval calibrate'",
+    ),
+    (
+        "report on damaged results",
+        ["report", "{bad}/damaged_run", "--out", "{out}"],
+        r"cannot read the stored results",
+    ),
+    (
+        "report on a folder that is no run",
+        ["report", "{bad}", "--out", "{out}"],
+        r"no results\.parquet; is this the output folder of a run",
+    ),
+    (
         "unknown DE method",
         ["de", "{data}", "--method", "magic", "--out", "{out}"],
         r"magic",
+    ),
+    (
+        "distances: file absent",
+        ["distances", "{tmp}/absent.h5ad", "--groupby", "g", "--out", "{out}"],
+        r"absent\.h5ad",
+    ),
+    (
+        "distances: unknown metric",
+        [
+            "distances",
+            "{data}",
+            "--groupby",
+            "perturbation",
+            "--metric",
+            "edistanse",
+            "--out",
+            "{out}",
+        ],
+        r"edistanse.*did you mean 'edistance'",
+    ),
+    (
+        "distances: bad metric option",
+        [
+            "distances",
+            "{data}",
+            "--groupby",
+            "perturbation",
+            "--metric",
+            "mmd(kernel='cubic')",
+            "--out",
+            "{out}",
+        ],
+        r"kernel must be",
+    ),
+    (
+        "distances: missing groupby",
+        ["distances", "{data}", "--groupby", "nope", "--out", "{out}"],
+        r"--groupby: column 'nope'",
+    ),
+    (
+        "distances: missing reference",
+        ["distances", "{data}", "--groupby", "perturbation", "--reference", "NT", "--out", "{out}"],
+        r"--reference: group 'NT'",
+    ),
+    (
+        "distances: permutations alone",
+        [
+            "distances",
+            "{data}",
+            "--groupby",
+            "perturbation",
+            "--permutations",
+            "10",
+            "--out",
+            "{out}",
+        ],
+        r"--permutations needs --reference",
+    ),
+    (
+        "distances: negative permutations",
+        [
+            "distances",
+            "{data}",
+            "--groupby",
+            "perturbation",
+            "--reference",
+            "control",
+            "--permutations",
+            "-1",
+            "--out",
+            "{out}",
+        ],
+        r"--permutations must be",
+    ),
+    (
+        "distances: unknown correction",
+        [
+            "distances",
+            "{data}",
+            "--groupby",
+            "perturbation",
+            "--reference",
+            "control",
+            "--correction",
+            "sidak",
+            "--out",
+            "{out}",
+        ],
+        r"unknown --correction 'sidak'",
+    ),
+    (
+        "distances: bad alpha",
+        ["distances", "{data}", "--groupby", "perturbation", "--alpha", "2", "--out", "{out}"],
+        r"--alpha must lie",
+    ),
+    (
+        "distances: unknown format",
+        ["distances", "{data}", "--groupby", "perturbation", "--format", "xlsx", "--out", "{out}"],
+        r"--format must be",
+    ),
+    (
+        "distances: unknown space",
+        ["distances", "{data}", "--groupby", "perturbation", "--space", "tsne", "--out", "{out}"],
+        r"unknown space 'tsne'",
+    ),
+    (
+        "distances: obsm and space",
+        [
+            "distances",
+            "{data}",
+            "--groupby",
+            "perturbation",
+            "--obsm-key",
+            "X_pca",
+            "--space",
+            "pca",
+            "--out",
+            "{out}",
+        ],
+        r"not both",
+    ),
+    (
+        "distances: missing embedding",
+        [
+            "distances",
+            "{data}",
+            "--groupby",
+            "perturbation",
+            "--obsm-key",
+            "X_umap",
+            "--out",
+            "{out}",
+        ],
+        r"embedding 'X_umap'",
+    ),
+    (
+        "cell-eval overlap with k below 1",
+        ["calibrate", "{data}", "-p", "{bad}/overlap_k0.toml", "--out", "{out}"],
+        r"k must be a whole number of at least 1",
+    ),
+    (
+        "cell-eval DEG count of an unknown side",
+        ["calibrate", "{data}", "-p", "{bad}/nsig_side.toml", "--out", "{out}"],
+        r"side must be 'real' or 'pred', got 'both'",
+    ),
+    (
+        "distances: missing layer",
+        ["distances", "{data}", "--groupby", "perturbation", "--layer", "nope", "--out", "{out}"],
+        r"layer 'nope'",
+    ),
+    (
+        "distances: missing covariate",
+        [
+            "distances",
+            "{data}",
+            "--groupby",
+            "perturbation",
+            "--covariate-key",
+            "line",
+            "--out",
+            "{out}",
+        ],
+        r"--covariate-key: column 'line'",
+    ),
+    (
+        "distances: empty groups",
+        ["distances", "{data}", "--groupby", "perturbation", "--groups", ",", "--out", "{out}"],
+        r"--groups names no group",
+    ),
+    (
+        "distances: bootstrap alone",
+        ["distances", "{data}", "--groupby", "perturbation", "--bootstrap", "10", "--out", "{out}"],
+        r"--bootstrap needs --reference",
+    ),
+    (
+        "distances: one bootstrap replicate",
+        [
+            "distances",
+            "{data}",
+            "--groupby",
+            "perturbation",
+            "--reference",
+            "control",
+            "--bootstrap",
+            "1",
+            "--out",
+            "{out}",
+        ],
+        r"--bootstrap must be 0 or at least 2",
+    ),
+    (
+        "distances: bad confidence",
+        [
+            "distances",
+            "{data}",
+            "--groupby",
+            "perturbation",
+            "--reference",
+            "control",
+            "--confidence",
+            "1.5",
+            "--out",
+            "{out}",
+        ],
+        r"--confidence must lie",
+    ),
+    (
+        "distances: unknown group",
+        ["distances", "{data}", "--groupby", "perturbation", "--groups", "zz", "--out", "{out}"],
+        r"group 'zz'",
     ),
 ]
 
@@ -87,11 +579,11 @@ CASES: list[tuple[str, list[str], str]] = [
     ("arguments", "pattern"),
     [pytest.param(arguments, pattern, id=case) for case, arguments, pattern in CASES],
 )
-def test_bad_input_is_refused_in_one_line(small_path, tmp_path, capsys, arguments, pattern):
+def test_bad_input_is_refused_in_one_line(
+    small_path, bad_files, tmp_path, capsys, arguments, pattern
+):
     out = tmp_path / "out"
-    filled = [
-        a.format(data=small_path, out=out, tmp=tmp_path) for a in arguments
-    ]
+    filled = [a.format(data=small_path, out=out, tmp=tmp_path, bad=bad_files) for a in arguments]
     try:
         code = main(filled)
     except SystemExit as exc:  # argparse refuses its own errors this way
@@ -103,3 +595,37 @@ def test_bad_input_is_refused_in_one_line(small_path, tmp_path, capsys, argument
     assert len(errors) == 1, captured.err
     assert re.search(pattern, errors[0]), errors[0]
     assert not out.exists()
+
+
+#: The same checks in the Python API: (case id, keyword arguments, error type, pattern).
+API_CASES = [
+    ("protocols of the wrong type", {"protocols": 5}, SpecError, r"got int"),
+    ("subset as a string", {"subset": "dataset=norman19"}, DatasetError, r"subset must map"),
+    ("zero workers", {"workers": 0}, SpecError, r"workers must be a whole number"),
+    ("fractional seed", {"seed": 1.5}, SpecError, r"seed must be a whole number"),
+    ("backed as a word", {"backed": "yes"}, DatasetError, r"backed must be True, False"),
+    ("unknown device", {"device": "tpu"}, SpecError, r"unknown device 'tpu'"),
+    ("misspelt option", {"perturbation_kye": "x"}, TypeError, r"did you mean"),
+    ("unwritable output", {"out": "/proc/1/out"}, SpecError, r"not writable"),
+]
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "pattern"),
+    [pytest.param(options, error, pattern, id=case) for case, options, error, pattern in API_CASES],
+)
+def test_the_python_api_refuses_the_same_input(small_path, options, error, pattern):
+    import scperteval
+
+    arguments = {"protocols": "mse", **options}
+    with pytest.raises(error, match=pattern):
+        scperteval.calibrate(small_path, **arguments)
+    with pytest.raises(error, match=pattern):
+        scperteval.score(small_path, {"m": small_path}, **arguments)
+
+
+def test_score_needs_a_model_in_python_as_on_the_command_line(small_path):
+    import scperteval
+
+    with pytest.raises(SpecError, match="give at least one model"):
+        scperteval.score(small_path, {}, protocols="mse")

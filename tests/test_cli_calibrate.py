@@ -54,19 +54,19 @@ def test_calibrate_options_reach_the_run(tmp_path, capsys):
             "--workers",
             "2",
             "--thresholds",
-            "bds=1.0,drf=1.5",
+            "bds=1.0,drf=1.0",
             "--out",
             str(out),
         ]
     )
     assert code == 0
-    # DRF is at most 1: nothing can be trusted.
+    # DRF reaches 1 only for a positive control equal to the truth: nothing is trusted.
     assert "not trusted" in capsys.readouterr().out
     options = json.loads((out / "run.json").read_text())["options"]
     assert options["seed"] == 4
     assert options["workers"] == 2
     assert options["protocols"] == ["mse_top_k=10"]
-    assert options["thresholds"] == {"bds_min": 1.0, "drf_min": 1.5, "drf_statistic": "median"}
+    assert options["thresholds"] == {"bds_min": 1.0, "drf_min": 1.0, "drf_statistic": "median"}
     calibration = pd.read_csv(out / "calibration.csv")
     assert not calibration["trusted"].any()
 
@@ -111,6 +111,16 @@ def test_list_protocols_and_suites(capsys):
     assert listed_names(capsys.readouterr().out) == sorted(available_suites())
     assert main(["list", "protocols", "-p", "vcc2025"]) == 0
     assert listed_names(capsys.readouterr().out) == [p.name for p in load_suite("vcc2025")]
+
+
+def test_list_distances_and_the_kinds(capsys):
+    from scperteval.cli._listing import KINDS
+    from scperteval.distances import DISTANCES
+
+    assert main(["list", "distances"]) == 0
+    assert listed_names(capsys.readouterr().out) == DISTANCES.names()
+    assert main(["list"]) == 0
+    assert listed_names(capsys.readouterr().out) == list(KINDS)
 
 
 def test_list_unknown_kind_is_a_usage_error(capsys):

@@ -27,3 +27,22 @@ def test_resolve_workers():
     assert resolve_workers(3) == 3
     with pytest.raises(ValueError, match="at least 1"):
         resolve_workers(0)
+
+
+def test_values_are_bit_identical_for_any_worker_count_and_run():
+    import numpy as np
+
+    import scperteval
+
+    adata = scperteval.simulate(
+        n_perturbations=8, n_genes=80, cells_per_perturbation=40, n_covariates=2, seed=8
+    )
+    protocols = "energy_pca,mmd_pca,rank_pca,pearson_delta_ctrl"
+    tables = [
+        scperteval.calibrate(adata, protocols, covariate_key="cell_line", workers=w).results
+        for w in (1, 2, 4, 4)
+    ]
+    first = tables[0]["value"].to_numpy()
+    assert np.isfinite(first).mean() > 0.9
+    for table in tables[1:]:
+        np.testing.assert_array_equal(table["value"].to_numpy(), first)

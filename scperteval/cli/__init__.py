@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from scperteval._version import __version__
-from scperteval.cli import _calibrate, _de, _demo, _listing, _score
+from scperteval.cli import _calibrate, _de, _demo, _distances, _listing, _score
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,9 +23,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"scperteval {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (_demo, _de, _calibrate, _score, _listing):
+    for module in (_demo, _de, _calibrate, _score, _distances, _listing):
         module.add_parser(commands)
+    # Every option's help shows its default (perturbation key, control label, seed, ...).
+    for subparser in commands.choices.values():
+        subparser.formatter_class = DefaultsHelpFormatter
     return parser
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Help that shows each option's default, unless it is empty or already said."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default in (None, False, "", [])
+            or default is argparse.SUPPRESS
+            or not action.option_strings
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -32,11 +56,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    # Signal handlers can only be set from the main thread (not, e.g., from a worker).
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
     try:
-        return int(args.handler(args))
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return int(args.handler(args))
     except ScpertevalError as exc:
         print(f"scperteval: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("scperteval: interrupted; nothing was written", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Tasks still running on worker threads would otherwise hold up the exit until
+        # they finish; the output was staged and is already removed.
+        os._exit(INTERRUPTED)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+#: Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
+INTERRUPTED = 130
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM stops a run as Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """The package's own warnings as one line; others as Python prints them."""
+    from scperteval.errors import ScpertevalWarning
+
+    if issubclass(category, ScpertevalWarning):
+        print(f"scperteval: warning: {message}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 if __name__ == "__main__":

@@ -9,10 +9,12 @@ from typing import Any
 from scperteval.cli._options import (
     add_compute_options,
     add_dataset_options,
+    add_de_table_option,
     add_scheduler_option,
     cluster_client,
     compute_kwargs,
     dataset_kwargs,
+    left_out_line,
 )
 
 
@@ -54,6 +56,7 @@ def add_parser(commands: Any) -> None:
         choices=["t-test", "t-test_overestim_var", "wilcoxon"],
         help="DE behind top-k spaces, DEG weights and DE protocols",
     )
+    add_de_table_option(parser)
     parser.add_argument(
         "--thresholds",
         default="",
@@ -96,8 +99,12 @@ def run(args: argparse.Namespace) -> int:
             executor=client,
             thresholds=thresholds,
             out=args.out,
+            de_tables=args.de_table,
         )
     print(result.summary())
+    line = left_out_line(result.info, args.min_cells)
+    if line:
+        print(line)
     total = result.info.get("timings_seconds", {}).get("total", float("nan"))
     out = Path(args.out)
     print(

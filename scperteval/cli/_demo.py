@@ -64,9 +64,11 @@ def run(args: argparse.Namespace) -> int:
     """Run ``scperteval demo``."""
     from scperteval.simulation import simulate, simulate_predictions
     from scperteval.workflows.score import score
+    from scperteval.workflows.steps import check_run_options
 
     started = time.perf_counter()
     out = Path(args.out)
+    check_run_options(out=out, seed=args.seed, workers=args.workers)
     settings = {**DEMO_DATA, "seed": args.seed}
     adata = simulate(**settings)
     print(
@@ -81,8 +83,6 @@ def run(args: argparse.Namespace) -> int:
         )
         for name, (kind, options) in DEMO_MODELS.items()
     }
-    out.mkdir(parents=True, exist_ok=True)
-    adata.write_h5ad(out / "simulated_truth.h5ad")
     result = score(
         adata,
         models,
@@ -92,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         out=out,
     )
+    # Written once the run has succeeded, so that a refused run leaves nothing behind.
+    adata.write_h5ad(out / "simulated_truth.h5ad")
     board = result.leaderboard
     print()
     print(board.table[["model", "kind", "score", "rank"]].to_string(index=False))

@@ -5,21 +5,41 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-KINDS = ("protocols", "metrics", "spaces", "sources", "calibrators", "de-methods", "suites")
+KINDS = (
+    "protocols",
+    "metrics",
+    "spaces",
+    "sources",
+    "calibrators",
+    "de-methods",
+    "suites",
+    "distances",
+)
+KIND_DESCRIPTIONS = {
+    "protocols": "the protocols of a suite (-p SUITE; default: the whole catalogue)",
+    "metrics": "registered metric functions",
+    "spaces": "feature spaces a protocol can be computed in",
+    "sources": "controls and baselines compared with the truth",
+    "calibrators": "what judges a protocol's calibration (DRF, BDS)",
+    "de-methods": "differential expression methods",
+    "suites": "the protocol suites shipped with scperteval",
+    "distances": "distances between groups of cells (scperteval distances)",
+}
 
 
 def add_parser(commands: Any) -> None:
     """Register the ``list`` subcommand."""
     parser = commands.add_parser(
         "list",
-        help="list protocols, metrics, spaces, sources, calibrators, DE methods or suites",
+        help="list protocols, metrics, spaces, sources, calibrators, DE methods, suites or "
+        "distances",
         description=(
             "List what can be named in protocols and suites: the protocols of a suite, "
             "registered metrics, feature spaces, sources (controls and baselines), "
             "calibrators, DE methods, and the shipped suites."
         ),
     )
-    parser.add_argument("kind", choices=KINDS)
+    parser.add_argument("kind", nargs="?", choices=KINDS, help="what to list (omit: the kinds)")
     parser.add_argument(
         "-p",
         "--protocols",
@@ -56,6 +76,10 @@ def _registry(kind: str) -> Any:
         from scperteval.stats.de_methods import DE_METHODS
 
         return DE_METHODS
+    if kind == "distances":
+        from scperteval.distances import DISTANCES
+
+        return DISTANCES
     if kind == "sources":
         from scperteval.engine.sources import SOURCES
 
@@ -83,7 +107,9 @@ def _entry_line(entry: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``scperteval list``."""
-    entries = rows(args.kind, args.protocols)
+    entries = (
+        list(KIND_DESCRIPTIONS.items()) if args.kind is None else rows(args.kind, args.protocols)
+    )
     width = max((len(name) for name, _ in entries), default=0)
     for name, description in entries:
         print(f"{name:<{width}}  {description}")

@@ -99,6 +99,19 @@ def compute_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {"device": device, "precision": args.precision}
 
 
+def add_de_table_option(parser: argparse.ArgumentParser) -> None:
+    """``--de-table PATH``: read the truth's DE instead of computing it."""
+    parser.add_argument(
+        "--de-table",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="differential expression computed earlier, read instead of computed "
+        "(repeatable): a 'scperteval de' output folder, or a cell-eval/pdex table "
+        "(.csv/.parquet with target, feature, p_value, fdr, log2_fold_change, statistic)",
+    )
+
+
 def add_scheduler_option(parser: argparse.ArgumentParser) -> None:
     """``--scheduler ADDRESS``: compute on a running dask cluster."""
     parser.add_argument(
@@ -124,3 +137,21 @@ def cluster_client(address: str | None) -> Iterator[Any]:
         yield client
     finally:
         client.close()
+
+
+def left_out_line(info: dict[str, Any], min_cells: int) -> str | None:
+    """The perturbations a run left out for having too few cells, as one line (or None)."""
+    left_out = info.get("left_out") or []
+    if not left_out:
+        return None
+    shown = ", ".join(
+        f"{item['perturbation']}"
+        + ("" if item["covariate"] == "all" else f" ({item['covariate']})")
+        + f": {item['cells']}"
+        for item in left_out[:10]
+    )
+    more = f" and {len(left_out) - 10} more" if len(left_out) > 10 else ""
+    return (
+        f"left out {len(left_out)} perturbation(s) with fewer than {min_cells} cells "
+        f"(cells): {shown}{more}"
+    )

@@ -9,10 +9,12 @@ from typing import Any
 from scperteval.cli._options import (
     add_compute_options,
     add_dataset_options,
+    add_de_table_option,
     add_scheduler_option,
     cluster_client,
     compute_kwargs,
     dataset_kwargs,
+    left_out_line,
 )
 
 
@@ -26,6 +28,11 @@ def add_parser(commands: Any) -> None:
             "half, express each score between the negative (0) and positive (1) control, "
             "rank on trusted protocols and write leaderboard tables, figures and report.html."
         ),
+        epilog=(
+            "Predictions in every accepted form, the gene-matching rules, the scale they "
+            "must be on and the delta convention: see 'Bring your own predictions' in the "
+            "documentation (docs/predictions.md)."
+        ),
     )
     score.add_argument("data", help="truth .h5ad file (log-normalised)")
     score.add_argument(
@@ -33,7 +40,17 @@ def add_parser(commands: Any) -> None:
         action="append",
         default=[],
         metavar="NAME=PATH",
-        help="a model's predictions (.h5ad; repeatable), or a folder of .h5ad files",
+        help="a model's predictions (repeatable): .h5ad cells or pseudobulk rows, a "
+        ".csv/.tsv/.parquet table (one row per perturbation, one column per gene) or an "
+        ".npz with X, perturbations and genes; or a folder of such files",
+    )
+    score.add_argument(
+        "--delta",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="model NAME predicts changes from the control mean (repeatable); the "
+        "measured control mean is added back before scoring",
     )
     score.add_argument("-p", "--protocols", default="default", help="suite, .toml or names")
     add_dataset_options(score)
@@ -49,6 +66,7 @@ def add_parser(commands: Any) -> None:
     score.add_argument(
         "--de-method", default="t-test", choices=["t-test", "t-test_overestim_var", "wilcoxon"]
     )
+    add_de_table_option(score)
     score.add_argument(
         "--truth",
         default="half",
@@ -70,7 +88,9 @@ def add_parser(commands: Any) -> None:
         help="re-derive calibration, leaderboard and figures from stored results",
         description=(
             "Rebuild the leaderboard and report from results.parquet without the data; "
-            "several folders (same data checksum and seed) merge into one leaderboard."
+            "several folders on the same data (checksum) and seed merge into one leaderboard "
+            "(the same model may appear in runs of different protocols); folders on "
+            "different data give a models x datasets summary (datasets.csv/.md/.tex/.html)."
         ),
     )
     report.add_argument("folders", nargs="+", help="output folder(s) of scperteval score")
@@ -91,6 +111,13 @@ def _add_report_options(parser: argparse.ArgumentParser, defaults: bool = True) 
     parser.add_argument(
         "--correction", choices=["bonferroni", "bh"], default="bonferroni" if defaults else None
     )
+    parser.add_argument(
+        "--min-perturbations",
+        type=int,
+        default=10 if defaults else None,
+        metavar="N",
+        help="fewest perturbations with both controls for a protocol to be trusted (default 10)",
+    )
     parser.add_argument("--no-figures", action="store_true", help="skip the figures")
 
 
@@ -106,16 +133,22 @@ def _thresholds(text: str | None) -> Any:
         raise SpecError(str(exc)) from None
 
 
+def _min_perturbations(value: int | None) -> Any:
+    from scperteval.errors import SpecError
+
+    if value is not None and value < 1:
+        raise SpecError(f"--min-perturbations must be at least 1, got {value}")
+    return value
+
+
 def _print(result: Any, out: Path) -> None:
-    board = result.leaderboard
-    print(board)
-    if board.calibrated:
-        print(
-            f"score = {board.aggregate} calibrated score over trusted protocols: "
-            f"{', '.join(board.trusted) or '(none)'}"
-        )
-        for protocol, reason in board.excluded.items():
-            print(f"  excluded {protocol}: {reason}")
+    if result.info.get("command") == "score":
+        for name, record in result.info.get("models", {}).items():
+            print(f"{name}: {record.get('read', '')}")
+    from scperteval.reporting.terminal import terminal_lines
+
+    for line in terminal_lines(result):
+        print(line)
     from scperteval.engine.failures import failure_lines
 
     for line in failure_lines(result.results):
@@ -141,9 +174,12 @@ def run_score(args: argparse.Namespace) -> int:
             truth=args.truth,
             baselines=not args.no_baselines,
             allow_missing=args.allow_missing,
+            deltas=args.delta,
+            de_tables=args.de_table,
             aggregate=args.aggregate,
             thresholds=_thresholds(args.thresholds),
             correction=args.correction,
+            min_perturbations=_min_perturbations(args.min_perturbations),
             workers=args.workers,
             **compute_kwargs(args),
             executor=client,
@@ -151,6 +187,9 @@ def run_score(args: argparse.Namespace) -> int:
             figures=not args.no_figures,
         )
     _print(result, Path(args.out))
+    line = left_out_line(result.info, args.min_cells)
+    if line:
+        print(line)
     return 0
 
 
@@ -165,6 +204,12 @@ def run_report(args: argparse.Namespace) -> int:
         aggregate=args.aggregate,
         correction=args.correction,
         figures=not args.no_figures,
+        min_perturbations=_min_perturbations(args.min_perturbations),
     )
+    if not hasattr(result, "leaderboard"):
+        # Runs on several datasets: the models x datasets summary.
+        print(result)
+        print(f"report: {Path(args.out) / 'datasets.html'}")
+        return 0
     _print(result, Path(args.out or args.folders[0]))
     return 0

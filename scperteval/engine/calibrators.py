@@ -27,6 +27,7 @@ Defaults: ``bds_min = 0.75``, ``drf_min = 0.2``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from scperteval.errors import SpecError
 from scperteval.registry import Registry
 
 __all__ = ["CALIBRATORS", "Thresholds", "drf", "bds", "calibration_table", "CALIBRATION_COLUMNS"]
@@ -67,9 +69,14 @@ class Thresholds:
 
     def __post_init__(self) -> None:
         if self.drf_statistic not in ("median", "mean"):
-            raise ValueError(
+            raise SpecError(
                 f"drf_statistic must be 'median' or 'mean', got {self.drf_statistic!r}"
             )
+        # BDS is a fraction; DRF is 1 for a perfect positive control and unbounded below.
+        if not (isinstance(self.bds_min, (int, float)) and 0.0 <= self.bds_min <= 1.0):
+            raise SpecError(f"threshold bds must lie in [0, 1], got {self.bds_min!r}")
+        if not (isinstance(self.drf_min, (int, float)) and -math.inf < self.drf_min <= 1.0):
+            raise SpecError(f"threshold drf must be a number at most 1, got {self.drf_min!r}")
 
     def as_dict(self) -> dict[str, Any]:
         """Plain mapping (for run.json and reports)."""

@@ -13,24 +13,34 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import math
-from collections.abc import Callable, Iterable, Sequence
+import numbers
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from scperteval.engine.control_views import CONTROL_REPRESENTATIONS
 from scperteval.engine.distributed import is_dask_client
 from scperteval.engine.engine import Engine
 from scperteval.engine.fastpath import plan_population, population_value
 from scperteval.engine.protocol import Protocol
 from scperteval.engine.sources import SourceData
-from scperteval.engine.spaces import resolve_space
+from scperteval.engine.spaces import resolve_space, space_is_per_condition
 from scperteval.engine.views import centering_vector, make_view, metric_context
-from scperteval.metrics import DatasetContext
+from scperteval.errors import SpecError
+from scperteval.metrics import DatasetContext, DegenerateInput
 from scperteval.stats.groups import GroupStats
 
-__all__ = ["Candidate", "group_statistics", "run_protocols", "task_count", "RESULT_COLUMNS"]
+__all__ = [
+    "Candidate",
+    "group_statistics",
+    "run_protocols",
+    "task_count",
+    "RESULT_COLUMNS",
+    "UNDEFINED_REASON",
+]
 
 RESULT_COLUMNS = [
     "covariate",
@@ -43,6 +53,8 @@ RESULT_COLUMNS = [
 ]
 
 SourceGetter = Callable[[Engine, int], SourceData]
+#: The ``reason`` of a NaN that the metric itself returned (as opposed to a failure).
+UNDEFINED_REASON = "metric undefined on these inputs"
 
 
 @dataclass(frozen=True)
@@ -120,6 +132,8 @@ def run_protocols(
     """
     layout = engine.context.layout
     plan_population(engine, protocols)
+    if not is_dask_client(executor):
+        fit_shared_spaces(engine, protocols)
     tasks: list[tuple[Callable[..., list[dict[str, Any]]], tuple[Any, ...]]] = []
     for protocol in protocols:
         if protocol.scope == "dataset":
@@ -139,6 +153,8 @@ def run_protocols(
         return _sorted_table(rows)
     owned = executor is None and workers > 1
     pool = cf.ThreadPoolExecutor(max_workers=workers) if owned else executor
+    futures: list[cf.Future[list[dict[str, Any]]]] = []
+    warm: list[cf.Future[None]] = []
     try:
         if pool is None:
             for function, arguments in tasks:
@@ -146,6 +162,12 @@ def run_protocols(
                 if progress is not None:
                     progress(1)
         else:
+            # Submitted first, so that the per-perturbation views of dataset-scope
+            # protocols against the control are computed in parallel, not in one task.
+            warm = [
+                pool.submit(_warm_task, engine, protocol, condition, candidates)
+                for protocol, condition in _warm_ups(engine, protocols)
+            ]
             futures = [
                 pool.submit(function, engine, *arguments, candidates)
                 for function, arguments in tasks
@@ -154,10 +176,44 @@ def run_protocols(
                 rows.extend(future.result())
                 if progress is not None:
                     progress(1)
-    finally:
+            for done in warm:
+                done.result()
+    except BaseException:
+        # Interrupted (Ctrl-C) or failed: queued tasks must not run on after the caller
+        # has given up; running ones are abandoned to finish on their own.
+        for pending in warm:
+            pending.cancel()
+        for future in futures:
+            future.cancel()
         if owned and pool is not None:
-            pool.shutdown()
+            pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    if owned and pool is not None:
+        pool.shutdown()
     return _sorted_table(rows)
+
+
+def fit_shared_spaces(engine: Engine, protocols: Sequence[Protocol]) -> None:
+    """Fit every space shared by a covariate group's perturbations (PCA) before the tasks.
+
+    Fitted here, one after the other in the calling thread, each fit's linear algebra
+    runs with the BLAS threads it would have alone; fitted inside concurrent tasks, the
+    BLAS library splits the work by how many calls are running at that moment, and the
+    last bits of the axes would depend on the number of workers and on timing.
+    """
+    layout = engine.context.layout
+    first_of_group: dict[int, int] = {}
+    for condition in range(layout.n_conditions):
+        first_of_group.setdefault(int(layout.condition_covariate[condition]), condition)
+    for space in sorted({p.space for p in protocols}):
+        if space_is_per_condition(space):
+            continue
+        for condition in first_of_group.values():
+            try:
+                resolve_space(engine, space, condition)
+            except DegenerateInput:
+                # The tasks record the reason for every perturbation of the group.
+                continue
 
 
 #: More threads than this rarely pay: tasks then wait on memory bandwidth.
@@ -200,8 +256,8 @@ def resolve_workers(workers: int | None) -> int:
     """
     if workers is None:
         return default_workers()
-    if int(workers) < 1:
-        raise ValueError(f"workers must be at least 1, got {workers!r}")
+    if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
+        raise SpecError(f"workers must be a whole number of at least 1, got {workers!r}")
     return int(workers)
 
 
@@ -297,14 +353,61 @@ def _perturbation_task(
                 cache_key=name if registered else None,
             )
             if fast is None:
-                view = make_view(engine, protocol, condition, source, space, reference)
+                key = _candidate_key(protocol, name, getter, registered)
+                view = make_view(engine, protocol, condition, source, space, reference, key)
                 fast = protocol.metric(truth_view, view, ctx)
             value = float(fast)
-            reason = "" if math.isfinite(value) else "metric undefined on these inputs"
+            reason = "" if math.isfinite(value) else UNDEFINED_REASON
         except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
             value, reason = math.nan, _failure(exc)
         rows.append(_row(engine, condition, protocol, role, name, value, reason))
     return rows
+
+
+def _candidate_key(
+    protocol: Protocol, name: str, getter: SourceGetter, registered: bool
+) -> Hashable | None:
+    """Key under which a candidate's views against the control are shared by protocols.
+
+    A registered source is fixed for the engine, so its name identifies it; a model
+    is identified by its getter too, so that two runs on one engine never share.
+    """
+    if protocol.representation not in CONTROL_REPRESENTATIONS:
+        return None
+    return name if registered else ("candidate", name, getter)
+
+
+def _warm_ups(engine: Engine, protocols: Sequence[Protocol]) -> list[tuple[Protocol, int]]:
+    """(protocol, condition) pairs whose views :func:`_warm_task` computes ahead."""
+    n_conditions = engine.context.layout.n_conditions
+    return [
+        (protocol, condition)
+        for protocol in protocols
+        if protocol.scope == "dataset" and protocol.representation in CONTROL_REPRESENTATIONS
+        for condition in range(n_conditions)
+    ]
+
+
+def _warm_task(
+    engine: Engine, protocol: Protocol, condition: int, candidates: Sequence[Candidate]
+) -> None:
+    """Compute (and cache) one condition's views of a dataset-scope protocol.
+
+    Views against the control are cached per source and condition, so the
+    dataset task then only reads them. A failure is left for that task to record.
+    """
+    named = [("truth", "truth", lambda e, k: e.source("truth", k), True)]
+    named += [(c.role, *c.resolve(protocol), c.getter is None) for c in candidates]
+    try:
+        space = resolve_space(engine, protocol.space, condition)
+    except Exception:  # noqa: BLE001 - recorded by the dataset task
+        return
+    for _, name, getter, registered in named:
+        try:
+            key = _candidate_key(protocol, name, getter, registered)
+            make_view(engine, protocol, condition, getter(engine, condition), space, None, key)
+        except Exception:  # noqa: BLE001 - recorded by the dataset task
+            continue
 
 
 def _dataset_task(
@@ -312,12 +415,21 @@ def _dataset_task(
 ) -> list[dict[str, Any]]:
     conditions = engine.conditions_of(covariate)
     named = [(c.role, *c.resolve(protocol)) for c in candidates]
+    named_registered = {
+        name: c.getter is None for c, (_, name, _) in zip(candidates, named, strict=True)
+    }
     rows: list[dict[str, Any]] = []
     try:
         space = resolve_space(engine, protocol.space, int(conditions[0]))
         references = [centering_vector(engine, protocol.centering, int(k)) for k in conditions]
         truth = _stack(
-            engine, protocol, conditions, space, references, lambda e, k: e.source("truth", k)
+            engine,
+            protocol,
+            conditions,
+            space,
+            references,
+            lambda e, k: e.source("truth", k),
+            "truth",
         )
         ctx = DatasetContext(
             covariate=engine.covariates[covariate],
@@ -339,11 +451,10 @@ def _dataset_task(
         return rows
     for role, name, getter in named:
         try:
-            candidate = _stack(engine, protocol, conditions, space, references, getter)
+            key = _candidate_key(protocol, name, getter, named_registered[name])
+            candidate = _stack(engine, protocol, conditions, space, references, getter, key)
             values = np.asarray(protocol.metric(truth, candidate, ctx), dtype=np.float64)
-            reasons = [
-                "" if math.isfinite(v) else "metric undefined on these inputs" for v in values
-            ]
+            reasons = ["" if math.isfinite(v) else UNDEFINED_REASON for v in values]
         except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
             values = np.full(len(conditions), math.nan)
             reasons = [_failure(exc)] * len(conditions)
@@ -359,7 +470,15 @@ def _stack(
     space: Any,
     references: Sequence[np.ndarray | None],
     getter: SourceGetter,
-) -> np.ndarray:
+    cache_key: Hashable | None = None,
+) -> Any:
+    if protocol.representation in CONTROL_REPRESENTATIONS:
+        # One view per perturbation, in row order: DE tables or distances.
+        views = [
+            make_view(engine, protocol, int(k), getter(engine, int(k)), space, None, cache_key)
+            for k in conditions
+        ]
+        return views if protocol.representation == "control_de" else np.asarray(views)
     vectors = []
     for k, reference in zip(conditions, references, strict=True):
         source = getter(engine, int(k))

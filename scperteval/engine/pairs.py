@@ -10,6 +10,7 @@ device. :func:`pair_backend` picks one from a run's ``device`` and ``precision``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -18,7 +19,7 @@ import numpy as np
 from scperteval.errors import SpecError
 from scperteval.metrics.population import StoredPairs, median_pairwise_distance, pair_sums
 
-__all__ = ["PRECISIONS", "NumpyPairs", "PairBackend", "pair_backend"]
+__all__ = ["PRECISIONS", "NumpyPairs", "PairBackend", "check_device", "pair_backend"]
 
 #: Accepted values of ``precision``.
 PRECISIONS = ("float64", "float32")
@@ -83,6 +84,34 @@ class NumpyPairs:
         return median_pairwise_distance(z)
 
 
+def check_device(device: str | None, precision: str = "float64") -> None:
+    """Check a run's ``device`` and ``precision`` by name, before anything is computed.
+
+    Parameters
+    ----------
+    device
+        ``None``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    precision
+        ``"float64"`` or ``"float32"`` (the latter only with a device).
+
+    Raises
+    ------
+    SpecError
+        For any other value, or float32 without a device.
+
+    """
+    if precision not in PRECISIONS:
+        raise SpecError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if device is not None and not (
+        isinstance(device, str) and re.fullmatch(r"cpu|cuda(:\d+)?", device)
+    ):
+        raise SpecError(
+            f"unknown device {device!r}; use numpy (the default), cpu, cuda or cuda:N"
+        )
+    if device is None and precision != "float64":
+        raise SpecError("precision='float32' needs a torch device (device='cpu' or 'cuda')")
+
+
 def pair_backend(device: str | None = None, precision: str = "float64") -> PairBackend:
     """The backend for a run's ``device`` and ``precision``.
 
@@ -110,11 +139,8 @@ def pair_backend(device: str | None = None, precision: str = "float64") -> PairB
         If CUDA is asked for and not available.
 
     """
-    if precision not in PRECISIONS:
-        raise SpecError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    check_device(device, precision)
     if device is None:
-        if precision != "float64":
-            raise SpecError("precision='float32' needs a torch device (device='cpu' or 'cuda')")
         return NumpyPairs()
     try:
         import torch

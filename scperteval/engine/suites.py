@@ -8,6 +8,7 @@ code is executed, and every name and option is validated before any computation.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
@@ -70,21 +71,30 @@ def available_suites() -> dict[str, str]:
     return found
 
 
+def _is_path(text: str) -> bool:
+    """Whether a suite is written as a file path (a shipped name never is)."""
+    return text.endswith(".toml") or "/" in text or os.sep in text
+
+
 def _read(name_or_path: str) -> tuple[str, dict[str, Any]]:
-    path = Path(name_or_path)
-    if path.suffix == ".toml" or path.exists():
-        if not path.exists():
+    # A shipped suite's name wins over a file or folder of that name in the working
+    # directory; a file is named as a path (``./default`` or ``my_suite.toml``).
+    if _is_path(name_or_path) or (not _is_suite(name_or_path) and Path(name_or_path).exists()):
+        path = Path(name_or_path)
+        if not path.is_file():
             raise SpecError(f"suite file {path} not found")
         try:
             return path.stem, tomllib.loads(path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise SpecError(f"{path}: not valid TOML ({exc})") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            reason = str(exc).splitlines()[0]
+            raise SpecError(f"{path}: not valid TOML ({reason})") from None
     name = ALIASES.get(name_or_path, name_or_path)
     resource = resources.files(SUITE_PACKAGE) / f"{name}.toml"
     if not resource.is_file():
+        suites = list(available_suites())
         raise SpecError(
-            f"unknown suite {name_or_path!r}; shipped suites: {', '.join(available_suites())} "
-            "(or give a path to a .toml file)"
+            f"unknown suite {name_or_path!r}{did_you_mean(name_or_path, suites)}; "
+            f"shipped suites: {', '.join(suites)} (or give a path to a .toml file)"
         )
     return name, tomllib.loads(resource.read_text(encoding="utf-8"))
 
@@ -123,6 +133,8 @@ def load_suite(name_or_path: str = "default") -> list[Protocol]:
         default = load_catalogue("default")
         protocols.extend(default.get(str(item)) for item in data["use"])
     protocols.extend(catalogue.protocols())
+    if not protocols:
+        raise SpecError(f"suite {name!r} defines no protocol ([[protocol]] tables or use = [...])")
     _check_unique(protocols)
     return protocols
 
@@ -139,11 +151,20 @@ def resolve_protocols(spec: str | Protocol | Iterable[Any]) -> list[Protocol]:
         return [Protocol.from_mapping(spec)]
     if isinstance(spec, str):
         text = spec.strip()
-        if "," not in text and (text.endswith(".toml") or Path(text).is_file() or _is_suite(text)):
+        if not text:
+            raise SpecError("no protocol given; name a suite (e.g. default) or protocols")
+        if "," not in text and (_is_path(text) or _is_suite(text) or Path(text).is_file()):
             return load_suite(text)
         items: list[Any] = [part.strip() for part in _split_names(text) if part.strip()]
-    else:
+    elif isinstance(spec, Iterable):
         items = list(spec)
+    else:
+        raise SpecError(
+            f"protocols must be a suite name, a TOML path, protocol names or a list of them, "
+            f"got {type(spec).__name__}"
+        )
+    if not items:
+        raise SpecError("no protocol given; name a suite (e.g. default) or protocols")
     protocols: list[Protocol] = []
     default: Catalogue | None = None
     for item in items:
@@ -155,7 +176,13 @@ def resolve_protocols(spec: str | Protocol | Iterable[Any]) -> list[Protocol]:
             protocols.extend(load_suite(item))
         else:
             default = default or load_catalogue("default")
-            protocols.append(default.get(str(item)))
+            try:
+                protocols.append(default.get(str(item)))
+            except SpecError as exc:
+                hint = did_you_mean(str(item), list(available_suites()))
+                if hint and "," not in str(item):
+                    raise SpecError(f"unknown suite or protocol {item!r}{hint}") from None
+                raise exc from None
     _check_unique(protocols)
     return protocols
 

@@ -11,16 +11,17 @@ import pandas as pd
 
 from scperteval.data.load import DatasetOptions, load_dataset
 from scperteval.engine.calibrators import Thresholds, calibration_table, verdict_reasons
-from scperteval.engine.dispatch import resolve_workers
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS
 from scperteval.engine.failures import failure_counts, failure_lines
 from scperteval.engine.suites import resolve_protocols
+from scperteval.outputs import staged_output
 from scperteval.runinfo import Timer, start_dataset_checksum, write_atomic, write_run_json
 from scperteval.workflows.steps import (
     build_engine,
-    dataset_summary,
+    check_run_options,
     protocol_table,
     run_protocol_tasks,
+    run_summary,
 )
 
 __all__ = ["calibrate", "CalibrationResult"]
@@ -121,6 +122,7 @@ def calibrate(
     sample_cells: int = DEFAULT_SAMPLE_CELLS,
     device: str | None = None,
     precision: str = "float64",
+    de_tables: Any = (),
     out: str | Path | None = None,
     progress: bool | None = None,
     **dataset_options: Unpack[DatasetOptions],
@@ -141,8 +143,8 @@ def calibrate(
         DE method behind top-k spaces, DEG weights and DE protocols.
     workers
         Threads used when no ``executor`` is given; by default the CPU cores this
-        process may use (at most 8). Values do not depend on it beyond rounding of
-        multithreaded BLAS in PCA spaces (about 1e-13).
+        process may use (at most 8). Values do not depend on it, bit for bit (shared
+        spaces such as PCA are fitted before the tasks start).
     executor
         Any :class:`concurrent.futures.Executor` to run the tasks on, or a
         :class:`distributed.Client`: then the group statistics and the tasks are
@@ -159,6 +161,11 @@ def calibrate(
     precision
         ``"float64"`` (default) or ``"float32"`` (torch devices only; faster on a GPU,
         accurate to the bound given in the torch documentation).
+    de_tables
+        Differential expression computed earlier, read instead of computed: a
+        ``scperteval de`` output folder or DataFrame, or a cell-eval / pdex table (path
+        or DataFrame), or a list of them (see :mod:`scperteval.stats.de_tables`); each
+        must match the data's perturbations, genes and seed.
     out
         Folder for ``results.parquet``, ``calibration.csv``, ``protocols.csv``
         and ``run.json``.
@@ -178,6 +185,14 @@ def calibrate(
     timer = Timer()
     started = time.time()
     thresholds = thresholds or Thresholds()
+    workers = check_run_options(
+        out=out,
+        seed=seed,
+        workers=workers,
+        device=device,
+        precision=precision,
+        de_method=de_method,
+    )
     chosen = resolve_protocols(protocols)
     with timer.step("load"):
         dataset = load_dataset(data, **dataset_options)
@@ -191,39 +206,39 @@ def calibrate(
         sample_cells=sample_cells,
         device=device,
         precision=precision,
+        de_tables=de_tables,
     )
-    workers = resolve_workers(workers)
     results = run_protocol_tasks(
         engine, chosen, timer, workers=workers, executor=executor, progress=progress
     )
     meta = {p.name: {"better": p.better, "perfect": p.perfect} for p in chosen}
     with timer.step("calibration"):
         table = calibration_table(results, meta, thresholds)
-    info = {**dataset_summary(dataset, results), "timings_seconds": timer.seconds}
+    info = {**run_summary(engine, results), "timings_seconds": timer.seconds}
     result = CalibrationResult(results, table, protocol_table(chosen), thresholds, info)
     if out is None:
         return result
     assert checksum is not None
-    folder = Path(out)
-    with timer.step("write"):
-        result.write(folder)
-    info["timings_seconds"] = {**timer.seconds, "total": time.time() - started}
-    options = {
-        "protocols": [p.name for p in chosen],
-        **dataset.options(),
-        "seed": seed,
-        "de_method": de_method,
-        "workers": workers,
-        "sample_cells": sample_cells,
-        "pair_backend": engine.pairs.name,
-        "thresholds": thresholds.as_dict(),
-    }
-    write_run_json(
-        folder / "run.json",
-        "calibrate",
-        options,
-        input_checksum=checksum(),
-        **{k: v for k, v in info.items() if k != "input"},
-        input=dataset.source,
-    )
+    with staged_output(out) as folder:
+        with timer.step("write"):
+            result.write(folder)
+        info["timings_seconds"] = {**timer.seconds, "total": time.time() - started}
+        options = {
+            "protocols": [p.name for p in chosen],
+            **dataset.options(),
+            "seed": seed,
+            "de_method": de_method,
+            "workers": workers,
+            "sample_cells": sample_cells,
+            "pair_backend": engine.pairs.name,
+            "thresholds": thresholds.as_dict(),
+        }
+        write_run_json(
+            folder / "run.json",
+            "calibrate",
+            options,
+            input_checksum=checksum(),
+            **{k: v for k, v in info.items() if k != "input"},
+            input=dataset.source,
+        )
     return result

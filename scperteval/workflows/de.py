@@ -10,8 +10,10 @@ import pandas as pd
 
 from scperteval.context import Context
 from scperteval.data.load import DatasetOptions, load_dataset
+from scperteval.outputs import staged_output
 from scperteval.progress import cell_progress, progress_bar
 from scperteval.runinfo import Timer, dataset_checksum, write_atomic, write_run_json
+from scperteval.workflows.steps import check_run_options
 
 __all__ = ["de"]
 
@@ -69,6 +71,7 @@ def de(
     """
     timer = Timer()
     started = time.time()
+    check_run_options(out=out, seed=seed, de_method=method)
     with timer.step("load"):
         dataset = load_dataset(data, **dataset_options)
     with progress_bar("group statistics", dataset.n_cells, progress) as bar:
@@ -79,8 +82,16 @@ def de(
             result = context.de(method=method, reference=reference, half=half)
     with timer.step("table"):
         table = result.to_frame()
-    if out is not None:
-        folder = Path(out)
+    # What a later run needs to read this table back instead of recomputing it.
+    table.attrs["scperteval_de"] = {
+        "method": method,
+        "reference": reference,
+        "half": half,
+        "seed": seed,
+    }
+    if out is None:
+        return table
+    with staged_output(out) as folder:
         with timer.step("write"):
             write_atomic(folder / "de.parquet", lambda p: table.to_parquet(p, index=False))
         write_run_json(

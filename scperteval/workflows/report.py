@@ -1,4 +1,15 @@
-"""``scperteval.report``: rebuild calibration, leaderboard and reports from stored runs."""
+"""``scperteval.report``: leaderboards and reports rebuilt from stored runs, merged or compared.
+
+Runs on the **same dataset** (same input checksum and the same reading options
+that select cells: subset, perturbation, control and covariate columns, layer,
+``min_cells``, normalisation) merge into one leaderboard:
+they must share the seed, truth mode and DE method; a model may appear in
+several runs when they scored different protocols (adding a protocol to an old
+leaderboard means scoring only that protocol and merging), and any value two
+runs both hold must agree. Runs on **different datasets** are each re-derived
+on their own and summarised in a models x datasets table
+(:mod:`scperteval.scoring.across`).
+"""
 
 from __future__ import annotations
 
@@ -11,20 +22,52 @@ import pandas as pd
 
 from scperteval.engine.calibrators import Thresholds
 from scperteval.errors import DatasetError, SpecError
+from scperteval.outputs import check_output_folder, staged_output
+from scperteval.reporting.across import write_across
+from scperteval.scoring.across import AcrossDatasets, across_datasets, dataset_label
 from scperteval.scoring.derive import derive
 from scperteval.scoring.result import PROTOCOL_FILE, RESULT_FILE, RUN_FILE, ScoreResult
+from scperteval.scoring.trust import MIN_PERTURBATIONS
 
 __all__ = ["report"]
 
+MERGE_KEYS = ("seed", "truth", "de_method")
+# Reading options that change which cells or values a run scored (not how it read them).
+IDENTITY_OPTIONS = (
+    "perturbation_key",
+    "control_label",
+    "covariate_key",
+    "layer",
+    "min_cells",
+    "normalize",
+    "subset",
+)
+ROW_KEYS = ["protocol", "covariate", "perturbation", "source", "source_name"]
+Run = tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]
 
-def _read_run(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+
+def _read_run(folder: Path) -> Run:
     paths = [folder / RESULT_FILE, folder / RUN_FILE, folder / PROTOCOL_FILE]
     for path in paths:
         if not path.exists():
             raise DatasetError(f"{folder}: no {path.name}; is this the output folder of a run?")
-    record = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
+    try:
+        record = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"{folder / RUN_FILE}: not a readable run record ({exc})") from None
+    command = record.get("command") if isinstance(record, dict) else None
+    if command not in ("score", "report"):
+        raise DatasetError(
+            f"{folder} holds the output of 'scperteval {command or '?'}'; report rebuilds "
+            "the leaderboards of 'scperteval score' runs"
+        )
     options = record.get("options", record)
-    return pd.read_parquet(paths[0]), pd.read_csv(paths[2]), options
+    try:
+        results, protocols = pd.read_parquet(paths[0]), pd.read_csv(paths[2])
+    except Exception as exc:  # noqa: BLE001 - any reader failure means a damaged run folder
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DatasetError(f"{folder}: cannot read the stored results ({reason})") from None
+    return results, protocols, options
 
 
 def report(
@@ -34,45 +77,96 @@ def report(
     aggregate: str | None = None,
     correction: str | None = None,
     figures: bool = True,
-) -> ScoreResult:
+    min_perturbations: int | None = None,
+) -> ScoreResult | AcrossDatasets:
     """Re-derive calibration, leaderboard and reports from stored results.
 
     Parameters
     ----------
     folders
-        One output folder of ``score``, or several to merge into one
-        leaderboard. Runs merge only when they scored the same data (checksum)
-        with the same seed, truth mode and protocols' definitions; each model
-        may appear in one run only.
+        One output folder of ``score``, or several. Folders on the same data
+        (checksum) merge into one leaderboard when they share the seed, truth
+        mode and DE method and agree on every value they both hold (the same
+        model may appear in several when they scored different protocols).
+        Folders on different data give a models x datasets summary.
     out
         Where to write (default: the single input folder).
     thresholds, aggregate, correction
         Override the stored settings.
     figures
         Draw the report's figures.
+    min_perturbations
+        Override the stored fewest perturbations a protocol needs to be trusted.
 
     Returns
     -------
-    ScoreResult
-        As :func:`score` returns, built without the data.
+    ScoreResult or AcrossDatasets
+        As :func:`score` returns, built without the data; for several datasets
+        the summary (each dataset's re-derived result in its ``results``).
 
     """
     paths = [Path(folders)] if isinstance(folders, (str, Path)) else [Path(f) for f in folders]
     if not paths:
         raise SpecError("give at least one results folder")
+    if min_perturbations is not None and min_perturbations < 1:
+        raise SpecError(f"min_perturbations must be at least 1, got {min_perturbations}")
+    target = Path(out) if out is not None else (paths[0] if len(paths) == 1 else None)
+    if target is None:
+        raise SpecError("merging several runs needs an output folder (out=...)")
+    check_output_folder(target)
     runs = [_read_run(p) for p in paths]
+    groups: dict[str, list[int]] = {}
+    for index, (_, _, options) in enumerate(runs):
+        groups.setdefault(_dataset_key(options), []).append(index)
+    settings = {
+        "thresholds": thresholds,
+        "aggregate": aggregate,
+        "correction": correction,
+        "min_perturbations": min_perturbations,
+    }
+    if len(groups) == 1:
+        result = _merged([runs[i] for i in range(len(runs))], paths, settings)
+        with staged_output(target) as folder:
+            result.write(folder, figures=figures)
+        return result
+    labelled: dict[str, ScoreResult] = {}
+    for indices in groups.values():
+        result = _merged([runs[i] for i in indices], [paths[i] for i in indices], settings)
+        label = dataset_label(runs[indices[0]][2])
+        while label in labelled:
+            label += "'"
+        labelled[label] = result
+    summary = across_datasets(labelled)
+    with staged_output(target) as folder:
+        write_across(summary, folder, figures=figures)
+    return summary
+
+
+def _dataset_key(options: dict[str, Any]) -> str:
+    """What identifies a run's data: the file's checksum and the options that select cells."""
+    reading = options.get("dataset_options") or {}
+    chosen = {key: reading.get(key) for key in IDENTITY_OPTIONS}
+    return json.dumps([options.get("input_checksum"), chosen], sort_keys=True, default=str)
+
+
+def _merged(runs: Sequence[Run], paths: Sequence[Path], settings: dict[str, Any]) -> ScoreResult:
+    """One dataset's runs merged and re-derived."""
     first = runs[0][2]
     for path, (_, _, options) in zip(paths[1:], runs[1:], strict=True):
-        for key in ("input_checksum", "seed", "truth", "de_method"):
+        for key in MERGE_KEYS:
             if options.get(key) != first.get(key):
                 raise DatasetError(
                     f"cannot merge {path} with {paths[0]}: different {key} "
                     f"({options.get(key)!r} vs {first.get(key)!r})"
                 )
     results, protocols = _merge([r[0] for r in runs], [r[1] for r in runs], paths)
-    thresholds = thresholds or Thresholds(**first.get("thresholds", {}))
-    aggregate = aggregate or first.get("aggregate", "median")
-    correction = correction or first.get("correction", "bonferroni")
+    thresholds = settings["thresholds"] or Thresholds(**first.get("thresholds", {}))
+    aggregate = settings["aggregate"] or first.get("aggregate", "median")
+    correction = settings["correction"] or first.get("correction", "bonferroni")
+    min_perturbations = settings["min_perturbations"]
+    if min_perturbations is None:
+        min_perturbations = int(first.get("min_perturbations", MIN_PERTURBATIONS))
+    flags = {k: v for _, _, o in runs for k, v in (o.get("flags") or {}).items()}
     columns = [c for c in results.columns if c != "calibrated"]
     derived = derive(
         results[columns],
@@ -82,6 +176,8 @@ def report(
         correction,
         first.get("truth", "half") == "half",
         int(first.get("seed", 0)),
+        min_perturbations=min_perturbations,
+        flags={name: record.get("flags", []) for name, record in flags.items()},
     )
     info = {
         **first,
@@ -89,15 +185,16 @@ def report(
         "thresholds": thresholds.as_dict(),
         "aggregate": aggregate,
         "correction": correction,
-        "merged_from": [str(p) for p in paths],
+        "min_perturbations": min_perturbations,
+        "headline": derived.leaderboard.definition,
+        "flags": flags,
+        "protocols": [str(p) for p in protocols["protocol"]],
+        "merged_from": [str(p) for p in paths] if len(paths) > 1 else first.get("merged_from"),
         "models": {k: v for _, _, o in runs for k, v in o.get("models", {}).items()},
     }
-    result = ScoreResult.from_derived(derived, protocols, thresholds, info)
-    target = Path(out) if out is not None else (paths[0] if len(paths) == 1 else None)
-    if target is None:
-        raise SpecError("merging several runs needs an output folder (out=...)")
-    result.write(target, figures=figures)
-    return result
+    if not info["merged_from"]:
+        info.pop("merged_from")
+    return ScoreResult.from_derived(derived, protocols, thresholds, info)
 
 
 def _merge(
@@ -105,19 +202,34 @@ def _merge(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     if len(tables) == 1:
         return tables[0], protocol_tables[0]
-    keys = ["protocol", "covariate", "perturbation", "source", "source_name"]
-    seen_models: dict[str, Path] = {}
-    for table, path in zip(tables, paths, strict=True):
-        for name in table.loc[table["source"] == "model", "source_name"].unique():
-            if name in seen_models:
-                raise DatasetError(f"model {name!r} appears in both {seen_models[name]} and {path}")
-            seen_models[name] = path
+    described = pd.concat(protocol_tables, ignore_index=True).astype(str)
+    definitions = described.drop_duplicates()
+    clash = definitions["protocol"][definitions["protocol"].duplicated()]
+    if len(clash):
+        raise DatasetError(
+            f"runs define protocol {clash.iloc[0]!r} differently; rename one of them"
+        )
     merged = pd.concat(tables, ignore_index=True)
-    shared = merged[merged["source"] != "model"]
-    conflicts = shared.groupby(keys, observed=True)["value"].nunique(dropna=False)
+    conflicts = merged.groupby(ROW_KEYS, observed=True)["value"].nunique(dropna=False)
     if (conflicts > 1).any():
-        example = conflicts[conflicts > 1].index[0]
-        raise DatasetError(f"runs disagree on a control or baseline value: {example}")
-    merged = merged.drop_duplicates(subset=keys, keep="first").reset_index(drop=True)
-    protocols = pd.concat(protocol_tables, ignore_index=True).drop_duplicates("protocol")
+        protocol, covariate, perturbation, source, name = conflicts[conflicts > 1].index[0]
+        origin = [
+            str(path)
+            for table, path in zip(tables, paths, strict=True)
+            if ((table["protocol"] == protocol) & (table["source_name"] == name)).any()
+        ]
+        raise DatasetError(
+            f"runs disagree on {source} {name!r}, protocol {protocol!r}, perturbation "
+            f"{perturbation!r} ({covariate}): scored differently in {', '.join(origin)}; "
+            "a model may appear in several runs only with the same predictions"
+        )
+    merged = merged.drop_duplicates(subset=ROW_KEYS, keep="first").reset_index(drop=True)
+    order = list(dict.fromkeys(p for table in protocol_tables for p in table["protocol"]))
+    protocols = (
+        pd.concat(protocol_tables, ignore_index=True)
+        .drop_duplicates("protocol")
+        .set_index("protocol")
+        .loc[order]
+        .reset_index()
+    )
     return merged, protocols

@@ -3,26 +3,30 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Unpack
 
 from scperteval.data.load import DatasetOptions, load_dataset
 from scperteval.engine.calibrators import Thresholds
-from scperteval.engine.dispatch import CONTROLS, Candidate, resolve_workers
+from scperteval.engine.dispatch import CONTROLS, Candidate
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS, Engine
 from scperteval.engine.suites import resolve_protocols
 from scperteval.errors import DatasetError, SpecError
+from scperteval.outputs import staged_output
 from scperteval.runinfo import Timer, start_dataset_checksum
 from scperteval.scoring.baselines import BASELINES, baseline_candidates
 from scperteval.scoring.derive import derive
+from scperteval.scoring.flags import prediction_flags
 from scperteval.scoring.predictions import Prediction, load_predictions
 from scperteval.scoring.result import ScoreResult
+from scperteval.scoring.trust import MIN_PERTURBATIONS
 from scperteval.workflows.steps import (
     build_engine,
-    dataset_summary,
+    check_run_options,
     protocol_table,
     run_protocol_tasks,
+    run_summary,
 )
 
 __all__ = ["score"]
@@ -40,14 +44,17 @@ def score(
     truth: str = "half",
     baselines: Sequence[str] | bool = True,
     allow_missing: bool = False,
+    deltas: Collection[str] = (),
     aggregate: str = "median",
     thresholds: Thresholds | None = None,
     correction: str = "bonferroni",
+    min_perturbations: int = MIN_PERTURBATIONS,
     workers: int | None = None,
     executor: Any = None,
     sample_cells: int = DEFAULT_SAMPLE_CELLS,
     device: str | None = None,
     precision: str = "float64",
+    de_tables: Any = (),
     out: str | Path | None = None,
     figures: bool = True,
     progress: bool | None = None,
@@ -60,9 +67,12 @@ def score(
     data
         The truth: AnnData, ``.h5ad`` path or :class:`~scperteval.data.dataset.Dataset`.
     predictions
-        ``{name: AnnData or path}``, a list of ``"NAME=PATH"``, or a folder of
-        ``.h5ad`` files. Each holds cells or one pseudobulk row per perturbation,
-        labelled with the truth's perturbation (and covariate) column.
+        ``{name: prediction}``, a list of ``"NAME=PATH"``, or a folder of prediction
+        files. A prediction is an AnnData (or ``.h5ad``) of cells or pseudobulk rows,
+        a table with one row per perturbation and one column per gene (a
+        :class:`pandas.DataFrame`, ``.csv``, ``.tsv`` or ``.parquet``), or a
+        :class:`~scperteval.PredictionArray` (``.npz``), labelled with the truth's
+        perturbation (and covariate) names; see :doc:`/predictions`.
     protocols
         Suite name, TOML path, comma-separated names or a list (see
         :func:`scperteval.calibrate`).
@@ -77,6 +87,10 @@ def score(
         ``True`` for every built-in baseline, ``False`` for none, or names.
     allow_missing
         Score models that miss perturbations (NaN there; coverage reported).
+    deltas
+        Names of the models that predict changes from the control mean rather than
+        expression: the measured control mean of each perturbation's covariate
+        group is added back before scoring (CLI: ``--delta NAME``).
     aggregate
         ``median`` (default, robust to the unbounded calibrated scores of a
         perturbation whose controls are close) or ``mean`` over perturbations.
@@ -84,6 +98,9 @@ def score(
         When a protocol is trusted (default BDS >= 0.75, median DRF >= 0.2).
     correction
         ``bonferroni`` (default) or ``bh`` for the paired tests.
+    min_perturbations
+        Fewest perturbations with both controls defined for a protocol to be trusted
+        (default 10; see :mod:`scperteval.scoring.trust`).
     workers, executor
         Parallelism: threads (by default the CPU cores this process may use, at
         most 8), any :class:`concurrent.futures.Executor`, or a
@@ -98,6 +115,11 @@ def score(
     precision
         ``"float64"`` (default) or ``"float32"`` (torch devices only; faster on a GPU,
         accurate to the bound given in the torch documentation).
+    de_tables
+        Differential expression computed earlier, read instead of computed: a
+        ``scperteval de`` output folder or DataFrame, or a cell-eval / pdex table (path
+        or DataFrame), or a list of them (see :mod:`scperteval.stats.de_tables`); each
+        must match the data's perturbations, genes and seed.
     out
         Folder for the tables, reports, figures and ``run.json``.
     figures
@@ -120,6 +142,20 @@ def score(
     thresholds = thresholds or Thresholds()
     if truth not in TRUTH_MODES:
         raise SpecError(f"truth must be 'half' or 'all', got {truth!r}")
+    if isinstance(min_perturbations, bool) or not isinstance(min_perturbations, int):
+        raise SpecError(f"min_perturbations must be a whole number, got {min_perturbations!r}")
+    if min_perturbations < 1:
+        raise SpecError(f"min_perturbations must be at least 1, got {min_perturbations}")
+    workers = check_run_options(
+        out=out,
+        seed=seed,
+        workers=workers,
+        device=device,
+        precision=precision,
+        de_method=de_method,
+    )
+    if isinstance(predictions, Mapping) and not predictions:
+        raise SpecError("give at least one model to score (predictions={'name': ...})")
     chosen = resolve_protocols(protocols)
     baseline_names = _baseline_names(baselines)
     with timer.step("load"):
@@ -133,23 +169,36 @@ def score(
         sample_cells=sample_cells,
         device=device,
         precision=precision,
+        de_tables=de_tables,
     )
     with timer.step("predictions"):
-        models = load_predictions(predictions, dataset, engine.context.layout, allow_missing)
+        models = load_predictions(
+            predictions, dataset, engine.context.layout, allow_missing, deltas=deltas
+        )
     candidates = _candidates(engine, truth, models, baseline_names)
     results = run_protocol_tasks(
         engine,
         chosen,
         timer,
         candidates=candidates,
-        workers=resolve_workers(workers),
+        workers=workers,
         executor=executor,
         progress=progress,
     )
     protocols_described = protocol_table(chosen)
+    with timer.step("flags"):
+        flags = prediction_flags(models, engine, seed)
     with timer.step("derive"):
         derived = derive(
-            results, protocols_described, thresholds, aggregate, correction, truth == "half", seed
+            results,
+            protocols_described,
+            thresholds,
+            aggregate,
+            correction,
+            truth == "half",
+            seed,
+            min_perturbations=min_perturbations,
+            flags={name: record["flags"] for name, record in flags.items()},
         )
     info: dict[str, Any] = {
         "command": "score",
@@ -159,18 +208,22 @@ def score(
         "truth": truth,
         "aggregate": aggregate,
         "correction": correction,
+        "min_perturbations": min_perturbations,
+        "headline": derived.leaderboard.definition,
+        "flags": flags,
         "thresholds": thresholds.as_dict(),
         "de_method": de_method,
         "pair_backend": engine.pairs.name,
         "protocols": [p.name for p in chosen],
         "dataset_options": dataset.options(),
-        "models": {m.name: _model_record(m) for m in models},
-        **dataset_summary(dataset, results),
+        "models": {m.name: m.record() for m in models},
+        **run_summary(engine, results),
     }
     result = ScoreResult.from_derived(derived, protocols_described, thresholds, info)
     info["timings_seconds"] = {**timer.seconds, "total": time.time() - started}
     if out is not None:
-        result.write(out, figures=figures)
+        with staged_output(out) as folder:
+            result.write(folder, figures=figures)
     return result
 
 
@@ -194,11 +247,3 @@ def _candidates(
     candidates: list[Candidate] = list(CONTROLS) if truth == "half" else []
     candidates += [Candidate("model", m.name, m.source) for m in models]
     return candidates + baseline_candidates(engine, baseline_names)
-
-
-def _model_record(model: Prediction) -> dict[str, Any]:
-    return {
-        "coverage": model.coverage,
-        "missing": [f"{c}/{p}" for c, p in model.missing],
-        "pseudobulk": model.pseudobulk,
-    }

@@ -8,6 +8,8 @@ pieces here are the ones both jobs share.
 
 from __future__ import annotations
 
+import numbers
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,16 +21,75 @@ from scperteval.engine.dispatch import (
     CONTROLS,
     Candidate,
     group_statistics,
+    resolve_workers,
     run_protocols,
     task_count,
 )
 from scperteval.engine.engine import Engine
 from scperteval.engine.failures import failure_record
+from scperteval.engine.pairs import check_device
 from scperteval.engine.protocol import Protocol
+from scperteval.errors import SpecError
+from scperteval.outputs import check_output_folder
 from scperteval.progress import progress_bar
 from scperteval.runinfo import Timer
+from scperteval.stats.de_methods import DE_METHODS
+from scperteval.stats.de_tables import read_de_table
 
-__all__ = ["build_engine", "dataset_summary", "protocol_table", "run_protocol_tasks"]
+__all__ = [
+    "build_engine",
+    "check_run_options",
+    "compute_group_statistics",
+    "run_summary",
+    "protocol_table",
+    "run_protocol_tasks",
+]
+
+
+def check_run_options(
+    *,
+    out: Any,
+    seed: Any,
+    workers: Any = None,
+    device: Any = None,
+    precision: Any = "float64",
+    de_method: Any = None,
+) -> int:
+    """Check the options every job shares, before any data is read.
+
+    Parameters
+    ----------
+    out
+        The output folder, or ``None`` (checked writable, see
+        :func:`~scperteval.outputs.check_output_folder`).
+    seed
+        A whole number.
+    workers
+        ``None`` or a whole number of at least 1.
+    device, precision
+        See :func:`~scperteval.engine.pairs.check_device`.
+    de_method
+        A registered DE method, or ``None``.
+
+    Returns
+    -------
+    int
+        The number of worker threads (:func:`~scperteval.engine.dispatch.resolve_workers`).
+
+    Raises
+    ------
+    SpecError
+        Naming the first invalid option.
+
+    """
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise SpecError(f"seed must be a whole number, got {seed!r}")
+    check_device(device, precision)
+    if de_method is not None:
+        DE_METHODS.get(de_method)
+    if out is not None:
+        check_output_folder(out)
+    return resolve_workers(workers)
 
 
 def build_engine(
@@ -40,6 +101,7 @@ def build_engine(
     sample_cells: int,
     device: str | None,
     precision: str,
+    de_tables: Sequence[Any] = (),
 ) -> Engine:
     """The engine of a run: the dataset's derived data and the run's settings.
 
@@ -53,6 +115,9 @@ def build_engine(
         ``half`` (calibrated) or ``all`` (plain scores).
     sample_cells, device, precision
         As for :class:`~scperteval.engine.engine.Engine`.
+    de_tables
+        Precomputed DE tables to read instead of computing that DE (see
+        :func:`~scperteval.stats.de_tables.read_de_table`); checked against the data here.
 
     Returns
     -------
@@ -61,9 +126,22 @@ def build_engine(
 
     """
     context = Context(dataset, seed=seed, de_method=de_method)
+    single = isinstance(de_tables, (str, os.PathLike, pd.DataFrame))
+    for table in [de_tables] if single else de_tables:
+        context.use_de_table(
+            read_de_table(
+                table, context.layout.conditions, dataset.var_names, dataset.control_label, seed
+            )
+        )
     return Engine(
         context, truth=truth, sample_cells=sample_cells, device=device, precision=precision
     )
+
+
+def compute_group_statistics(engine: Engine, timer: Timer, executor: Any) -> None:
+    """The one pass over the data, timed apart (on the cluster with a dask client)."""
+    with timer.step("group_statistics"):
+        group_statistics(engine, executor)
 
 
 def run_protocol_tasks(
@@ -76,7 +154,7 @@ def run_protocol_tasks(
     executor: Any,
     progress: bool | None,
 ) -> pd.DataFrame:
-    """Group statistics, then every protocol's tasks, timed and with a progress bar.
+    """Every protocol's tasks (after the group statistics), timed and with a progress bar.
 
     Parameters
     ----------
@@ -85,7 +163,7 @@ def run_protocol_tasks(
     protocols
         The resolved protocols.
     timer
-        Records ``group_statistics`` and ``protocols``.
+        Records ``group_statistics`` (when not computed yet) and ``protocols``.
     candidates
         What is scored against the truth (default: the protocols' controls).
     workers, executor
@@ -99,8 +177,7 @@ def run_protocol_tasks(
         The tidy per-perturbation results.
 
     """
-    with timer.step("group_statistics"):
-        group_statistics(engine, executor)
+    compute_group_statistics(engine, timer, executor)
     with timer.step("protocols"), progress_bar(
         "protocols", task_count(engine, protocols), progress
     ) as bar:
@@ -115,8 +192,9 @@ def protocol_table(protocols: Sequence[Protocol]) -> pd.DataFrame:
     return pd.DataFrame([p.describe() for p in protocols])
 
 
-def dataset_summary(dataset: Dataset, results: pd.DataFrame) -> dict[str, Any]:
-    """What ``run.json`` and the results record about the data and the failures."""
+def run_summary(engine: Engine, results: pd.DataFrame) -> dict[str, Any]:
+    """What ``run.json`` records about the data, the DE tables read and the failures."""
+    dataset = engine.context.dataset
     return {
         "input": dataset.source,
         "n_cells": dataset.n_cells,
@@ -125,4 +203,9 @@ def dataset_summary(dataset: Dataset, results: pd.DataFrame) -> dict[str, Any]:
         "covariates": dataset.covariates,
         "n_failed_values": int(results["value"].isna().sum()),
         "failures": failure_record(results),
+        "left_out": [
+            {"covariate": c.covariate, "perturbation": c.perturbation, "cells": n}
+            for c, n in dataset.dropped
+        ],
+        "de_tables": engine.context.de_tables,
     }
