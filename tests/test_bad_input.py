@@ -80,11 +80,16 @@ def bad_files(small_path) -> Path:
         "constant": lambda a: setattr(a, "X", np.ones(a.shape, dtype=np.float32)),
         "huge": lambda a: setattr(a, "X", np.asarray(a.X.todense()) * 1e30 + 0.5),
         "one_control": lambda a: None,
+        "one_perturbation": lambda a: None,
     }.items():
         adata = truth.copy()
         if name == "one_control":
             controls = np.flatnonzero(adata.obs["perturbation"].astype(str) == "control")
             adata = adata[np.setdiff1d(np.arange(adata.n_obs), controls[1:])].copy()
+        if name == "one_perturbation":
+            labels = adata.obs["perturbation"].astype(str)
+            first = sorted(set(labels) - {"control"})[0]
+            adata = adata[labels.isin(["control", first]).to_numpy()].copy()
         change(adata)
         adata.write_h5ad(folder / f"{name}.h5ad")
     pd.DataFrame({"a": [1]}).to_csv(folder / "de_wrong.csv", index=False)
@@ -225,6 +230,11 @@ CASES: list[tuple[str, list[str], str]] = [
         "one control cell",
         ["calibrate", "{bad}/one_control.h5ad", "-p", "mse", "--out", "{out}"],
         r"only one control cell",
+    ),
+    (
+        "one perturbation to calibrate",
+        ["calibrate", "{bad}/one_perturbation.h5ad", "-p", "mse", "--out", "{out}"],
+        r"the data has 1 perturbation\(s\) with enough cells.*at least 2",
     ),
     (
         "--normalize on log-normalised data",

@@ -18,6 +18,7 @@ from scperteval.outputs import staged_output
 from scperteval.runinfo import Timer, start_dataset_checksum, write_atomic, write_run_json
 from scperteval.workflows.steps import (
     build_engine,
+    check_calibratable,
     check_run_options,
     protocol_table,
     run_protocol_tasks,
@@ -196,6 +197,7 @@ def calibrate(
     chosen = resolve_protocols(protocols)
     with timer.step("load"):
         dataset = load_dataset(data, **dataset_options)
+    check_calibratable(dataset)
     # Only a run written to a folder records the checksum.
     checksum = start_dataset_checksum(dataset) if out is not None else None
     engine = build_engine(

@@ -23,6 +23,7 @@ from scperteval.scoring.result import ScoreResult
 from scperteval.scoring.trust import MIN_PERTURBATIONS
 from scperteval.workflows.steps import (
     build_engine,
+    check_calibratable,
     check_run_options,
     protocol_table,
     run_protocol_tasks,
@@ -160,6 +161,8 @@ def score(
     baseline_names = _baseline_names(baselines)
     with timer.step("load"):
         dataset = load_dataset(data, **dataset_options)
+    if truth == "half":
+        check_calibratable(dataset)
     checksum = start_dataset_checksum(dataset)
     engine = build_engine(
         dataset,

@@ -29,7 +29,7 @@ from scperteval.engine.engine import Engine
 from scperteval.engine.failures import failure_record
 from scperteval.engine.pairs import check_device
 from scperteval.engine.protocol import Protocol
-from scperteval.errors import SpecError
+from scperteval.errors import DatasetError, SpecError
 from scperteval.outputs import check_output_folder
 from scperteval.progress import progress_bar
 from scperteval.runinfo import Timer
@@ -38,6 +38,7 @@ from scperteval.stats.de_tables import read_de_table
 
 __all__ = [
     "build_engine",
+    "check_calibratable",
     "check_run_options",
     "compute_group_statistics",
     "run_summary",
@@ -90,6 +91,29 @@ def check_run_options(
     if out is not None:
         check_output_folder(out)
     return resolve_workers(workers)
+
+
+def check_calibratable(dataset: Dataset) -> None:
+    """Refuse data whose protocols cannot be calibrated: one perturbation in a group.
+
+    The negative controls of a perturbation are built from the *other*
+    perturbations of its covariate group (the leave-one-out dataset mean, the
+    perturbed-cell sample), so each group needs at least two.
+
+    Raises
+    ------
+    DatasetError
+        Naming the group.
+
+    """
+    for covariate in dataset.covariates:
+        n = len(dataset.perturbations(covariate))
+        if n < 2:
+            where = "the data" if covariate == "all" else f"covariate group {covariate!r}"
+            raise DatasetError(
+                f"{where} has {n} perturbation(s) with enough cells; calibration compares "
+                "each with the others of its group, so it needs at least 2"
+            )
 
 
 def build_engine(
