@@ -41,7 +41,8 @@ PROBES = {
     "06_training_metrics.ipynb": (
         "{'real': bool(USE_REAL_DATA), 'difference': largest_difference, 'n': len(conditions), "
         "'spread': float(summary.loc['dataset mean', 'relative spread']), "
-        "'reasons': sorted(set(last['dataset mean']['pearson_delta_pert'].reasons))}"
+        "'reasons': sorted(set(last['dataset mean']['pearson_delta_pert'].reasons)), "
+        "'held_out': held_out, 'training': train_conditions}"
     ),
     "04_comparing_models.ipynb": (
         "{'score': board.table.set_index('model')['score'].to_dict(), "
@@ -130,3 +131,9 @@ def test_training_metrics() -> None:
     assert values["difference"] < 1e-9
     assert values["spread"] == pytest.approx(1 / (values["n"] - 1), rel=1e-9)
     assert values["reasons"] == ["metric undefined on these inputs"]
+    # A split by perturbation: disjoint, and each held-out combination's genes seen in training.
+    held_out, training = values["held_out"], values["training"]
+    assert len(held_out) == values["n"] >= 3
+    assert not set(held_out) & set(training)
+    seen = {gene for label in training for gene in label.split("+")}
+    assert all("+" in label and set(label.split("+")) <= seen for label in held_out)
