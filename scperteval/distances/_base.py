@@ -12,6 +12,7 @@ not ``G (G - 1)``.
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -76,7 +77,7 @@ class Group:
         )
 
 
-class Distance:
+class Distance(ABC):
     """A distance between two groups of cells.
 
     Subclasses set :attr:`name` and :attr:`symmetric`, implement :meth:`between`,
@@ -91,12 +92,12 @@ class Distance:
     #: Fewest cells a group needs.
     min_cells: int = 1
 
-    def prepare(self, group: Group) -> None:
+    def prepare(self, group: Group) -> None:  # noqa: B027 - a distance may have nothing to cache
         """Compute and cache the summaries of ``group`` that comparisons reuse."""
 
+    @abstractmethod
     def between(self, x: Group, y: Group) -> float:
         """The distance from ``x`` to ``y`` (``y`` is the reference in one-sided use)."""
-        raise NotImplementedError
 
     def __call__(self, x: np.ndarray, y: np.ndarray) -> float:
         """The distance between two cells x features arrays (a common shift applied)."""

@@ -14,6 +14,7 @@ of ``k`` for the permutation test, which reuses it across permutations.
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 
 import numpy as np
 
@@ -42,9 +43,9 @@ class PairKernelDistance(Distance):
     #: that it may be evaluated on the shifted cells.
     shift_invariant: bool = True
 
+    @abstractmethod
     def pair_matrix(self, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         """``k(a_i, b_j)`` for every pair of rows (``b = a`` by default, diagonal included)."""
-        raise NotImplementedError
 
     def diagonal(self, cells: np.ndarray) -> np.ndarray:
         """``k(c_i, c_i)`` for every row."""
@@ -101,10 +102,11 @@ class PairKernelDistance(Distance):
             return np.zeros(0)
         return np.add.reduceat(column_sums, starts)
 
+    @abstractmethod
     def block_sums(self, x: Group, y: Group | None) -> tuple[float, float]:
         """``(sum over pairs, sum of the diagonal)``: cross pairs, or ordered pairs of ``x``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def combine(
         self,
         cross: float,
@@ -116,7 +118,6 @@ class PairKernelDistance(Distance):
         m: int,
     ) -> float:
         """The distance from block sums (``within_*`` over ordered pairs, diagonal included)."""
-        raise NotImplementedError
 
     def within(self, group: Group) -> tuple[float, float]:
         """The within-group ``(S_xx, D_x)`` of ``group``, computed once and cached."""
@@ -125,9 +126,9 @@ class PairKernelDistance(Distance):
     def _within(self, group: Group) -> tuple[float, float]:
         return group.cached(("within", self.key()), lambda: self.block_sums(group, None))  # type: ignore[no-any-return]
 
+    @abstractmethod
     def key(self) -> tuple[object, ...]:
         """What the within sums depend on (several distances may share them)."""
-        raise NotImplementedError
 
     def prepare(self, group: Group) -> None:
         """Cache the within-group sums of ``group``."""
