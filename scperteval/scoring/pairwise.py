@@ -47,7 +47,8 @@ COLUMNS = [
 ]
 
 
-def _adjust(pvalues: np.ndarray, correction: str) -> np.ndarray:
+def adjust_finite(pvalues: np.ndarray, correction: str) -> np.ndarray:
+    """Bonferroni or Benjamini-Hochberg adjusted p-values of the finite entries; NaN stays NaN."""
     result = np.full(pvalues.shape, np.nan)
     finite = np.isfinite(pvalues)
     if not finite.any():
@@ -191,7 +192,7 @@ def pairwise_tests(
         table[f"{test}_pvalue_adj"] = np.nan
         for _, index in table.groupby("protocol", sort=False).groups.items():
             pvalues = table.loc[index, f"{test}_pvalue"].to_numpy()
-            table.loc[index, f"{test}_pvalue_adj"] = _adjust(pvalues, correction)
+            table.loc[index, f"{test}_pvalue_adj"] = adjust_finite(pvalues, correction)
     significant = table["wilcoxon_pvalue_adj"].to_numpy() < WIN_LEVEL
     balance = table["balance"].to_numpy()
     table["outcome"] = np.where(

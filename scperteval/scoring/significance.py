@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from scperteval.scoring.pairwise import wilcoxon_method
+from scperteval.scoring.pairwise import adjust_finite, wilcoxon_method
 
 __all__ = ["paired_tests", "NEGATIVE_BASELINES"]
 
@@ -83,7 +83,7 @@ def paired_tests(
         table[f"{test}_pvalue_adj"] = np.nan
         for _, index in table.groupby("protocol").groups.items():
             pvalues = table.loc[index, f"{test}_pvalue"].to_numpy()
-            table.loc[index, f"{test}_pvalue_adj"] = _adjust(pvalues, correction)
+            table.loc[index, f"{test}_pvalue_adj"] = adjust_finite(pvalues, correction)
     order = [
         "protocol",
         "model",
@@ -123,15 +123,3 @@ def _test(protocol: str, model: str, baseline: str, pair: pd.DataFrame, alternat
         row["t_statistic"], row["t_pvalue"] = float(t.statistic), float(t.pvalue)
         row["wilcoxon_statistic"], row["wilcoxon_pvalue"] = float(w.statistic), float(w.pvalue)
     return row
-
-
-def _adjust(pvalues: np.ndarray, correction: str) -> np.ndarray:
-    result = np.full(pvalues.shape, np.nan)
-    finite = np.isfinite(pvalues)
-    if not finite.any():
-        return result
-    if correction == "bonferroni":
-        result[finite] = np.minimum(pvalues[finite] * finite.sum(), 1.0)
-    else:
-        result[finite] = stats.false_discovery_control(pvalues[finite], method="bh")
-    return result
