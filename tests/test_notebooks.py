@@ -42,7 +42,10 @@ PROBES = {
         "{'real': bool(USE_REAL_DATA), 'difference': largest_difference, 'n': len(conditions), "
         "'spread': float(summary.loc['dataset mean', 'relative spread']), "
         "'reasons': sorted(set(last['dataset mean']['pearson_delta_pert'].reasons)), "
-        "'held_out': held_out, 'training': train_conditions}"
+        "'held_out': held_out, 'training': train_conditions, "
+        "'collapse': final[final['penalty'] == 1e-2].groupby('loss')['relative spread'].max()"
+        ".to_dict(), 'kept': final[final['penalty'] == 1e-2].groupby('loss')"
+        "['relative spread'].min().to_dict()}"
     ),
     "04_comparing_models.ipynb": (
         "{'score': board.table.set_index('model')['score'].to_dict(), "
@@ -137,3 +140,7 @@ def test_training_metrics() -> None:
     assert not set(held_out) & set(training)
     seen = {gene for label in training for gene in label.split("+")}
     assert all("+" in label and set(label.split("+")) <= seen for label in held_out)
+    # Under the same L2 penalty every plain-MSE model collapses (relative spread near 0)
+    # while every DEG-weighted and every rescaled plain-MSE model keeps its spread.
+    assert values["collapse"]["mse"] < 0.05
+    assert min(values["kept"]["weighted_mse"], values["kept"]["scaled mse"]) > 0.5
