@@ -686,7 +686,10 @@ def main(argv: list[str] | None = None) -> int:
         data = str(files[dataset])
         tag = f"{dataset}_{group}"
         our_out = runs_dir / f"ours_{tag}"
-        ours = our_command(["calibrate", data, "-p", groups[group], *ours_options])
+        # The reference densifies every cell of a population: no cap, like for like.
+        ours = our_command(
+            ["calibrate", data, "-p", groups[group], "--max-population-cells", "all", *ours_options]
+        )
         theirs_out = runs_dir / f"reference_{tag}"
         theirs = [str(reference_python), "-I", "-m", "scperteval", "calibrate", data]
         theirs += ["-p", REFERENCE_GROUPS[group], *reference_options, "--quiet"]
@@ -723,7 +726,8 @@ def main(argv: list[str] | None = None) -> int:
         our_out = runs_dir / f"ours_{dataset}_score"
         ours = our_command(
             ["score", str(data), "--pred", f"mean={prediction}", "-p", "all", "--truth", "all"]
-            + ["--no-baselines", "--no-figures", *ours_options, "--out", str(our_out)]
+            + ["--no-baselines", "--no-figures", "--max-population-cells", "all"]
+            + [*ours_options, "--out", str(our_out)]
         )
         theirs_out = runs_dir / f"reference_{dataset}_score"
         theirs = [
@@ -769,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
         aligned = our_command(
             ["score", str(data), "--pred", f"mean={prediction}", "-p", str(suite)]
             + ["--truth", "all", "--no-baselines", "--no-figures", *ours_options]
-            + ["--out", str(aligned_out)]
+            + ["--max-population-cells", "all", "--out", str(aligned_out)]
         )
         aligned_run = run_case(
             "ours", aligned, our_environment(), aligned_out, args.timeout, (dataset, "aligned")

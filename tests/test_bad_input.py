@@ -81,6 +81,7 @@ def bad_files(small_path) -> Path:
         "huge": lambda a: setattr(a, "X", np.asarray(a.X.todense()) * 1e30 + 0.5),
         "one_control": lambda a: None,
         "one_perturbation": lambda a: None,
+        "three_genes": lambda a: None,
     }.items():
         adata = truth.copy()
         if name == "one_control":
@@ -90,12 +91,16 @@ def bad_files(small_path) -> Path:
             labels = adata.obs["perturbation"].astype(str)
             first = sorted(set(labels) - {"control"})[0]
             adata = adata[labels.isin(["control", first]).to_numpy()].copy()
+        if name == "three_genes":
+            adata = adata[:, :3].copy()
         change(adata)
         adata.write_h5ad(folder / f"{name}.h5ad")
     pd.DataFrame({"a": [1]}).to_csv(folder / "de_wrong.csv", index=False)
     for name, metric in (
         ("overlap_k0", "cell_eval_overlap(k=0)"),
         ("nsig_side", "cell_eval_nsig_count(side='both')"),
+        ("clustering_score", "cell_eval_clustering_agreement(score='f1')"),
+        ("clustering_grid", "cell_eval_clustering_agreement(resolutions=())"),
     ):
         (folder / f"{name}.toml").write_text(
             f'[[protocol]]\nname = "{name}"\nmetric = "{metric}"\n'
@@ -197,6 +202,18 @@ CASES: list[tuple[str, list[str], str]] = [
         r"--delta names no given model: 'x'",
     ),
     (
+        "predicted control in a calibrated run",
+        ["score", "{data}", "--pred", "m={bad}/good.csv", "--control-from-predictions"]
+        + ["--out", "{out}"],
+        r"predicted control .*need --truth all",
+    ),
+    (
+        "predicted control of a model without control cells",
+        ["score", "{data}", "--pred", "m={bad}/good.csv", "--control-from-predictions"]
+        + ["--truth", "all", "--out", "{out}"],
+        r"prediction 'm': no predicted control cells \(label 'control'\)",
+    ),
+    (
         "empty model name",
         ["score", "{data}", "--pred", "={bad}/good.csv", "--out", "{out}"],
         r"model names must be non-empty",
@@ -232,6 +249,16 @@ CASES: list[tuple[str, list[str], str]] = [
         r"only one control cell",
     ),
     (
+        "three genes to calibrate",
+        ["calibrate", "{bad}/three_genes.h5ad", "-p", "mse", "--out", "{out}"],
+        r"the data has 3 gene\(s\); calibration needs at least 10",
+    ),
+    (
+        "three genes to score calibrated",
+        ["score", "{bad}/three_genes.h5ad", "--pred", "m={bad}/good.csv", "--out", "{out}"],
+        r"the data has 3 gene\(s\); calibration needs at least 10",
+    ),
+    (
         "one perturbation to calibrate",
         ["calibrate", "{bad}/one_perturbation.h5ad", "-p", "mse", "--out", "{out}"],
         r"the data has 1 perturbation\(s\) with enough cells.*at least 2",
@@ -265,6 +292,32 @@ CASES: list[tuple[str, list[str], str]] = [
         "unknown device",
         ["calibrate", "{data}", "-p", "mse", "--device", "gpu", "--out", "{out}"],
         r"unknown device 'gpu'",
+    ),
+    (
+        "population cap of zero",
+        ["calibrate", "{data}", "-p", "mse", "--max-population-cells", "0", "--out", "{out}"],
+        r"--max-population-cells must be a whole number of at least 2 or 'all', got '0'",
+    ),
+    (
+        "population cap of one cell",
+        ["calibrate", "{data}", "-p", "mse", "--max-population-cells", "1", "--out", "{out}"],
+        r"--max-population-cells must be .* got '1'",
+    ),
+    (
+        "score: population cap as a word",
+        [
+            "score",
+            "{data}",
+            "--pred",
+            "m={data}",
+            "-p",
+            "mse",
+            "--max-population-cells",
+            "none",
+            "--out",
+            "{out}",
+        ],
+        r"--max-population-cells must be .* or 'all', got 'none'",
     ),
     (
         "empty protocol list",
@@ -517,6 +570,16 @@ CASES: list[tuple[str, list[str], str]] = [
         r"side must be 'real' or 'pred', got 'both'",
     ),
     (
+        "cell-eval clustering agreement with an unknown score",
+        ["calibrate", "{data}", "-p", "{bad}/clustering_score.toml", "--out", "{out}"],
+        r"score must be one of ami, nmi, ari, got 'f1'",
+    ),
+    (
+        "cell-eval clustering agreement with no resolution",
+        ["calibrate", "{data}", "-p", "{bad}/clustering_grid.toml", "--out", "{out}"],
+        r"resolutions must be a list of positive numbers",
+    ),
+    (
         "distances: missing layer",
         ["distances", "{data}", "--groupby", "perturbation", "--layer", "nope", "--out", "{out}"],
         r"layer 'nope'",
@@ -615,6 +678,8 @@ API_CASES = [
     ("fractional seed", {"seed": 1.5}, SpecError, r"seed must be a whole number"),
     ("backed as a word", {"backed": "yes"}, DatasetError, r"backed must be True, False"),
     ("unknown device", {"device": "tpu"}, SpecError, r"unknown device 'tpu'"),
+    ("population cap of zero", {"max_population_cells": 0}, SpecError, r"at least 2"),
+    ("fractional population cap", {"max_population_cells": 2.5}, SpecError, r"got 2.5"),
     ("misspelt option", {"perturbation_kye": "x"}, TypeError, r"did you mean"),
     ("unwritable output", {"out": "/proc/1/out"}, SpecError, r"not writable"),
 ]

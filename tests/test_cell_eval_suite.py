@@ -107,7 +107,7 @@ def test_vcc2025_is_the_challenges_three_cell_eval_protocols() -> None:
         assert protocol.describe() == cell_eval[protocol.name]
 
 
-def test_suite_has_every_cell_eval_metric_but_clustering() -> None:
+def test_suite_has_every_cell_eval_metric() -> None:
     names = {p.name for p in load_suite("cell_eval")}
     expected = {f"{m}_at_{n}" for m in ("overlap", "precision") for n in ("N", 50, 100, 200, 500)}
     expected |= {
@@ -128,6 +128,7 @@ def test_suite_has_every_cell_eval_metric_but_clustering() -> None:
         "discrimination_score_l2",
         "discrimination_score_cosine",
         "pearson_edistance",
+        "clustering_agreement",
     }
     assert names == expected
 
@@ -173,6 +174,7 @@ def test_a_model_predicting_the_truth_cells_scores_perfectly(screen) -> None:
         "de_spearman_sig",
         "roc_auc",
         "pr_auc",
+        "clustering_agreement",
     ):
         np.testing.assert_allclose(model.loc[name].to_numpy(), 1.0, rtol=1e-12, err_msg=name)
     for name in ("mae", "mse", "mae_delta", "mse_delta"):

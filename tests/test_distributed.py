@@ -2,11 +2,10 @@
 
 The group statistics are folded in the local pass's chunk order and every random
 choice is seeded by names, so no value depends on where it was computed: the
-tables are compared with ``check_exact=True``. The one exception is BLAS: a
-matrix product sums in an order that depends on BLAS's thread count, and dask
-workers run BLAS on one thread. Local runs are therefore made with one BLAS
-thread too; against a local run with more, the population protocols' values
-(pairwise distances of cells) agree to rounding only.
+tables are compared with ``check_exact=True``. Dask workers run BLAS on one
+thread and a local run on several; the products whose sums BLAS could split by
+thread (PCA fits and projections, pairwise distances) run on one BLAS thread in
+fixed tiles, so local runs with any BLAS thread count give the cluster's values.
 """
 
 from __future__ import annotations
@@ -75,8 +74,8 @@ def models(screen: ad.AnnData) -> dict[str, ad.AnnData]:
 
 
 def _local(function, *args, **options):
-    """``function`` run on a thread pool, with BLAS on one thread as on a dask worker."""
-    with threadpool_limits(1):
+    """``function`` run on a thread pool, with BLAS on two threads (a worker's has one)."""
+    with threadpool_limits(2):
         return function(*args, workers=2, **options)
 
 
@@ -139,14 +138,21 @@ def test_engine_travels_once_not_per_task(client, cluster_calibration, screen) -
     assert 1 <= n_pickled <= len(client.scheduler_info()["workers"]) < n_tasks
 
 
-def test_cluster_equals_multithreaded_blas_to_rounding(cluster_calibration, screen) -> None:
+def test_cluster_equals_multithreaded_blas_exactly(cluster_calibration, screen) -> None:
     remote, _, _ = cluster_calibration
-    local = calibrate(_dataset(screen), protocols=PROTOCOLS, workers=2)
-    pairwise = local.results["protocol"].eq("energy_pca")
-    for rows, exact in ((~pairwise, True), (pairwise, False)):
-        pd.testing.assert_frame_equal(
-            local.results[rows], remote.results[rows], check_exact=exact, rtol=1e-12, atol=0
-        )
+    for blas_threads in (1, 2, 4):
+        with threadpool_limits(blas_threads):
+            local = calibrate(_dataset(screen), protocols=PROTOCOLS, workers=2)
+        pd.testing.assert_frame_equal(local.results, remote.results, check_exact=True)
+
+
+def test_gram_route_pca_on_cluster_equals_multithreaded_blas(client) -> None:
+    # Over 1,000 cells and genes: the axes come from tiled Gram products, not an SVD.
+    wide = simulate(n_perturbations=6, n_genes=1100, cells_per_perturbation=160, seed=8)
+    local = _local(calibrate, Dataset(wide), protocols=FEW_PROTOCOLS)
+    remote = calibrate(Dataset(wide), protocols=FEW_PROTOCOLS, executor=client)
+    pd.testing.assert_frame_equal(local.results, remote.results, check_exact=True)
+    assert local.results["value"].notna().all()
 
 
 def test_score_on_cluster_equals_thread_pool(client, screen, models) -> None:
@@ -230,7 +236,7 @@ def test_cli_scheduler_option_runs_on_the_cluster(client, tmp_path: Path) -> Non
     command = ["calibrate", "--example", "-p", FEW_PROTOCOLS, "--seed", "1"]
     address = client.scheduler.address
     assert main([*command, "--scheduler", address, "--out", str(tmp_path / "cluster")]) == 0
-    with threadpool_limits(1):
+    with threadpool_limits(2):
         assert main([*command, "--workers", "2", "--out", str(tmp_path / "local")]) == 0
     pd.testing.assert_frame_equal(
         pd.read_parquet(tmp_path / "local" / "results.parquet"),

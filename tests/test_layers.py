@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "scperteval.runinfo",
             "scperteval.outputs",
             "scperteval._memo",
+            "scperteval._malloc",
             "scperteval.suites",
         ),
     ),

@@ -73,3 +73,43 @@ def test_fewer_axes_than_asked_when_the_sample_is_small():
     assert axes.shape == (30, 7)
     expected_axes, _ = svd_reference(dense, 7)
     np.testing.assert_allclose(axes[:, :6], expected_axes[:, :6], atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(700, 300), (300, 700)])
+def test_axes_do_not_depend_on_blas_or_kernel_threads(small_side, shape):
+    # Gram tiles narrower than the sample, so several tiles share each range.
+    from threadpoolctl import threadpool_limits
+
+    from scperteval.kernels.threads import limit_kernel_threads
+
+    sample = expression_like(*shape, seed=4)
+    fits = []
+    for blas_threads, kernel_threads in ((1, 1), (2, 2), (2, 1), (1, 3)):
+        with threadpool_limits(blas_threads), limit_kernel_threads(kernel_threads):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(pca, "GRAM_TILE", 64)
+                fits.append(principal_axes(sample, 10))
+    for axes, offset in fits[1:]:
+        np.testing.assert_array_equal(axes, fits[0][0])
+        np.testing.assert_array_equal(offset, fits[0][1])
+    expected, _ = svd_reference(sample, 10)
+    np.testing.assert_allclose(fits[0][0], expected, atol=1e-10)
+
+
+@pytest.mark.parametrize("shape", [(400, 150), (150, 400)], ids=["genes<cells", "genes>cells"])
+def test_sample_read_by_blocks_gives_the_same_axes(small_side, shape):
+    dense = expression_like(*shape, seed=7)
+    sample = sp.csr_matrix(dense)
+    asked = []
+
+    def read(start, stop):
+        asked.append(stop - start)
+        return sample[start:stop]
+
+    axes, offset = principal_axes(pca.SampleRows(sample.shape, read), 8)
+    expected_axes, expected_offset = svd_reference(dense, 8)
+    np.testing.assert_allclose(offset, expected_offset, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(axes, expected_axes, atol=1e-10)
+    if shape[1] < shape[0]:
+        # The gene Gram route reads blocks only, never the whole sample.
+        assert max(asked) < shape[0] and sum(asked) == 2 * shape[0]

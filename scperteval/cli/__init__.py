@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from scperteval._malloc import limit_malloc_arenas
 from scperteval._version import __version__
 from scperteval.cli import _calibrate, _de, _demo, _distances, _listing, _score
 
@@ -58,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     # Signal handlers can only be set from the main thread (not, e.g., from a worker).
     in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+        limit_malloc_arenas()
     previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
     try:
         with warnings.catch_warnings():

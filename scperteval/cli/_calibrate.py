@@ -15,6 +15,7 @@ from scperteval.cli._options import (
     compute_kwargs,
     dataset_kwargs,
     left_out_line,
+    population_cap_line,
 )
 
 
@@ -102,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
             de_tables=args.de_table,
         )
     print(result.summary())
-    line = left_out_line(result.info, args.min_cells)
-    if line:
-        print(line)
+    for line in (left_out_line(result.info, args.min_cells), population_cap_line(result.info)):
+        if line:
+            print(line)
     total = result.info.get("timings_seconds", {}).get("total", float("nan"))
     out = Path(args.out)
     print(

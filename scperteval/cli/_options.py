@@ -91,12 +91,31 @@ def add_compute_options(parser: argparse.ArgumentParser) -> None:
         choices=["float64", "float32"],
         help="float32 only with a torch device (faster on a GPU; see the torch docs)",
     )
+    group.add_argument(
+        "--max-population-cells",
+        default=None,
+        metavar="N|all",
+        help="cells energy distance, MMD and Sinkhorn use of each population at most, "
+        "a seeded sample (default 2000); 'all' uses every cell",
+    )
 
 
 def compute_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments of the Python API from the computation options."""
     device = None if args.device in (None, "", "numpy") else args.device
-    return {"device": device, "precision": args.precision}
+    options: dict[str, Any] = {"device": device, "precision": args.precision}
+    if args.max_population_cells is not None:
+        from scperteval.engine.population_cap import check_max_population_cells
+
+        try:
+            cap = check_max_population_cells(args.max_population_cells)
+        except SpecError:
+            raise SpecError(
+                "--max-population-cells must be a whole number of at least 2 or 'all', "
+                f"got {args.max_population_cells!r}"
+            ) from None
+        options["max_population_cells"] = cap
+    return options
 
 
 def add_de_table_option(parser: argparse.ArgumentParser) -> None:
@@ -137,6 +156,20 @@ def cluster_client(address: str | None) -> Iterator[Any]:
         yield client
     finally:
         client.close()
+
+
+def population_cap_line(info: dict[str, Any]) -> str | None:
+    """The populations the cell cap subsampled, as one line (or None when it cut none)."""
+    cap = info.get("population_cap") or {}
+    count = cap.get("n_subsampled", 0)
+    if not count:
+        return None
+    sources = ", ".join(f"{name} {n}" for name, n in cap.get("by_source", {}).items())
+    return (
+        f"population protocols used a seeded sample of {cap['max_population_cells']} cells "
+        f"of {count} larger population(s) ({sources}); --max-population-cells all uses "
+        "every cell"
+    )
 
 
 def left_out_line(info: dict[str, Any], min_cells: int) -> str | None:

@@ -15,6 +15,7 @@ from scperteval.cli._options import (
     compute_kwargs,
     dataset_kwargs,
     left_out_line,
+    population_cap_line,
 )
 
 
@@ -51,6 +52,13 @@ def add_parser(commands: Any) -> None:
         metavar="NAME",
         help="model NAME predicts changes from the control mean (repeatable); the "
         "measured control mean is added back before scoring",
+    )
+    score.add_argument(
+        "--control-from-predictions",
+        action="store_true",
+        help="take each model's deltas, DE and energy distances against the control from "
+        "its own predicted control cells (rows labelled with the control label), as "
+        "cell-eval does; needs --truth all (default: the measured control cells)",
     )
     score.add_argument("-p", "--protocols", default="default", help="suite, .toml or names")
     add_dataset_options(score)
@@ -175,6 +183,7 @@ def run_score(args: argparse.Namespace) -> int:
             baselines=not args.no_baselines,
             allow_missing=args.allow_missing,
             deltas=args.delta,
+            control="predicted" if args.control_from_predictions else "measured",
             de_tables=args.de_table,
             aggregate=args.aggregate,
             thresholds=_thresholds(args.thresholds),
@@ -187,9 +196,9 @@ def run_score(args: argparse.Namespace) -> int:
             figures=not args.no_figures,
         )
     _print(result, Path(args.out))
-    line = left_out_line(result.info, args.min_cells)
-    if line:
-        print(line)
+    for line in (left_out_line(result.info, args.min_cells), population_cap_line(result.info)):
+        if line:
+            print(line)
     return 0
 
 

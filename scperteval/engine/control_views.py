@@ -11,7 +11,10 @@ rather than with the truth:
   each cloud's own pairs with the zero diagonal) between the source's cells and the
   control cells, in the protocol's space.
 
-The control cells are the measured ones on both sides. Tables and distances are
+The control cells are the measured ones on both sides, except for a source that
+carries its own control (:attr:`~scperteval.engine.sources.SourceData.control`: a
+model scored with ``control="predicted"``), which is compared with that control, as
+cell-eval does with the control cells of a prediction file. Tables and distances are
 computed once per (source, perturbation) and shared by every protocol of the run.
 """
 
@@ -33,7 +36,7 @@ from scperteval.stats.reference_rank_test import ReferenceRankTest
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
 
-__all__ = ["CONTROL_REPRESENTATIONS", "control_de_table", "control_view"]
+__all__ = ["CONTROL_REPRESENTATIONS", "candidate_reference", "control_de_table", "control_view"]
 
 #: Representations whose views compare a source with the control cells.
 CONTROL_REPRESENTATIONS = ("control_de", "control_edistance")
@@ -53,27 +56,84 @@ def _source_cells(engine: Engine, source: SourceData) -> Any:
     raise DegenerateInput("a comparison with the control cells needs a source made of cells")
 
 
-def _control_cells(engine: Engine, condition: int) -> np.ndarray:
-    covariate = engine.covariate_index(condition)
+def candidate_reference(
+    centering: str, source: SourceData, reference: np.ndarray | None
+) -> np.ndarray | None:
+    """The reference subtracted from a candidate: its own control mean where it has one.
 
-    def build() -> np.ndarray:
-        positions = engine.context.layout.control_positions(covariate)
-        if positions.size < 1:
-            raise DegenerateInput("no control cells in this covariate group")
-        return _dense(engine.context.dataset.rows(positions))
+    Parameters
+    ----------
+    centering
+        The protocol's centering.
+    source
+        The candidate's data.
+    reference
+        The reference subtracted from the truth.
 
-    return engine.memo(("control_cells_dense", covariate), build)
+    Returns
+    -------
+    numpy.ndarray or None
+        ``source.control``'s centroid for ``control`` centering of a source with its
+        own control (deltas against the predicted control), else ``reference``.
+
+    """
+    if centering == "control" and source.control is not None:
+        return source.control.centroid
+    return reference
 
 
-def _reference_test(engine: Engine, condition: int) -> ReferenceRankTest:
-    covariate = engine.covariate_index(condition)
-    return engine.memo(
-        ("control_rank_test", covariate),
-        lambda: ReferenceRankTest(_control_cells(engine, condition)),
-    )
+class _Control:
+    """Which control cells a source is compared with, and the key of what is kept of them."""
+
+    def __init__(
+        self, engine: Engine, condition: int, own: SourceData | None, cache_key: Hashable | None
+    ) -> None:
+        self.engine = engine
+        self.covariate = engine.covariate_index(condition)
+        self.own = own
+        # The measured control is shared by the run; a source's own control by its
+        # protocols (under its cache key), or by nothing without one.
+        if self.own is None:
+            self.key: Hashable | None = ("measured", self.covariate)
+        else:
+            self.key = None if cache_key is None else ("own", cache_key, self.covariate)
+
+    def memo(self, name: str, build: Any) -> Any:
+        if self.key is None:
+            return build()
+        return self.engine.memo((name, self.key), build)
+
+    def cells(self) -> np.ndarray:
+        def build() -> np.ndarray:
+            if self.own is not None:
+                if self.own.rows is None or self.own.rows.shape[0] < 1:
+                    raise DegenerateInput("the source's own control has no cells")
+                return _dense(self.own.rows)
+            positions = self.engine.context.layout.control_positions(self.covariate)
+            if positions.size < 1:
+                raise DegenerateInput("no control cells in this covariate group")
+            return _dense(self.engine.context.dataset.rows(positions))
+
+        return self.memo("control_cells_dense", build)  # type: ignore[no-any-return]
+
+    def rank_test(self) -> ReferenceRankTest:
+        return self.memo(  # type: ignore[no-any-return]
+            "control_rank_test", lambda: ReferenceRankTest(self.cells())
+        )
+
+    def mean(self) -> np.ndarray:
+        return self.memo(  # type: ignore[no-any-return]
+            "control_cells_mean", lambda: self.cells().mean(axis=0)
+        )
 
 
-def control_de_table(engine: Engine, condition: int, cells: Any) -> tuple[np.ndarray, np.ndarray]:
+def control_de_table(
+    engine: Engine,
+    condition: int,
+    cells: Any,
+    control: SourceData | None = None,
+    control_key: Hashable | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Log2 fold changes and BH-adjusted Wilcoxon p-values of cells vs the control, all genes.
 
     The p-values are those of :func:`~scperteval.stats.rank_test.mann_whitney` on the
@@ -88,6 +148,12 @@ def control_de_table(engine: Engine, condition: int, cells: Any) -> tuple[np.nda
         Condition index: its covariate group's control cells are the reference.
     cells
         Cells x genes (dense or sparse) of the compared source.
+    control
+        The source's own control cells (``rows``), compared with in place of the
+        measured control cells of the covariate group; ``None``: the measured ones.
+    control_key
+        Identifies ``control`` for the run, so that its sorted cells are kept;
+        ``None`` sorts them anew.
 
     Returns
     -------
@@ -106,13 +172,9 @@ def control_de_table(engine: Engine, condition: int, cells: Any) -> tuple[np.nda
     # float64 before summing: scipy sums float32 data in float32 whatever its dtype.
     cells = cells.astype(np.float64) if sp.issparse(cells) else np.asarray(cells, np.float64)
     mean_target = np.asarray(cells.sum(axis=0)).ravel() / n_cells
-    pvalue = _reference_test(engine, condition).test(cells)[1]
-    covariate = engine.covariate_index(condition)
-    mean_control = engine.memo(
-        ("control_cells_mean", covariate),
-        lambda: _control_cells(engine, condition).mean(axis=0),
-    )
-    fold_change = control_log2_fold_change(mean_target, mean_control)
+    reference = _Control(engine, condition, control, control_key)
+    pvalue = reference.rank_test().test(cells)[1]
+    fold_change = control_log2_fold_change(mean_target, reference.mean())
     return fold_change, np.asarray(adjust_pvalues(pvalue[None, :])[0])
 
 
@@ -145,14 +207,13 @@ def _mean_distance(x: np.ndarray, x_norms: np.ndarray, y: np.ndarray, y_norms: n
     return float(np.sqrt(squared, out=squared).mean())
 
 
-def _energy_to_control(engine: Engine, condition: int, cells: Any, space: FeatureMap) -> float:
+def _energy_to_control(reference: _Control, cells: Any, space: FeatureMap) -> float:
     points = space.matrix(cells)
     if points.shape[0] < 1:
         raise DegenerateInput("no cells to compare with the control")
-    covariate = engine.covariate_index(condition)
-    control = engine.memo(
-        ("control_cloud", covariate, tuple(map(str, space.names))),
-        lambda: _ControlCloud(space.matrix(_control_cells(engine, condition))),
+    control = reference.memo(
+        f"control_cloud {tuple(map(str, space.names))}",
+        lambda: _ControlCloud(space.matrix(reference.cells())),
     )
     points -= control.centre
     norms = np.einsum("ij,ij->i", points, points)
@@ -186,7 +247,9 @@ def control_view(
     cache_key
         Identifies a source whose cells are fixed for the run (a registered source's
         name, or a model with its getter): its full-gene table or distance is then
-        computed once per condition. ``None`` computes it anew.
+        computed once per condition. ``None`` computes it anew. A source with its own
+        control (:attr:`~scperteval.engine.sources.SourceData.control`) is compared
+        with it.
 
     Returns
     -------
@@ -205,7 +268,8 @@ def control_view(
         genes = space.genes
 
         def table() -> tuple[np.ndarray, np.ndarray]:
-            return control_de_table(engine, condition, _source_cells(engine, source))
+            cells = _source_cells(engine, source)
+            return control_de_table(engine, condition, cells, source.control, cache_key)
 
         fold_change, fdr = (
             table()
@@ -216,7 +280,8 @@ def control_view(
     if representation == "control_edistance":
 
         def distance() -> float:
-            return _energy_to_control(engine, condition, _source_cells(engine, source), space)
+            reference = _Control(engine, condition, source.control, cache_key)
+            return _energy_to_control(reference, _source_cells(engine, source), space)
 
         if cache_key is None:
             return distance()

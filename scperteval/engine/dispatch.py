@@ -21,16 +21,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from scperteval.engine.control_views import CONTROL_REPRESENTATIONS
+from scperteval.engine.control_views import CONTROL_REPRESENTATIONS, candidate_reference
 from scperteval.engine.distributed import is_dask_client
 from scperteval.engine.engine import Engine
 from scperteval.engine.fastpath import plan_population, population_value
+from scperteval.engine.population_cap import Subsampled, cap_source
 from scperteval.engine.protocol import Protocol
 from scperteval.engine.sources import SourceData
 from scperteval.engine.spaces import resolve_space, space_is_per_condition
 from scperteval.engine.views import centering_vector, make_view, metric_context
 from scperteval.errors import SpecError
 from scperteval.metrics import DatasetContext, DegenerateInput
+from scperteval.metrics.population import single_threaded_blas
 from scperteval.stats.groups import GroupStats
 
 __all__ = [
@@ -53,6 +55,8 @@ RESULT_COLUMNS = [
 ]
 
 SourceGetter = Callable[[Engine, int], SourceData]
+#: Key of a row's populations subsampled by the cap (taken out before the table is built).
+_SUBSAMPLED = "_subsampled"
 #: The ``reason`` of a NaN that the metric itself returned (as opposed to a failure).
 UNDEFINED_REASON = "metric undefined on these inputs"
 
@@ -129,7 +133,27 @@ def run_protocols(
         Tidy table with columns ``covariate, perturbation, protocol, source,
         source_name, value, reason`` (``reason`` explains a NaN), sorted.
 
+    Notes
+    -----
+    The run holds BLAS to one thread: a product split over BLAS threads may sum in
+    an order that depends on their number, which differs between machines and dask
+    workers. The limit is set from the calling thread, because OpenBLAS ignores a
+    limit set from a pool's thread while the process-wide setting still applies to
+    it; parallel work comes from the tasks and the kernels' own threads instead.
+
     """
+    with single_threaded_blas():
+        return _run_protocols(engine, protocols, candidates, workers, executor, progress)
+
+
+def _run_protocols(
+    engine: Engine,
+    protocols: Sequence[Protocol],
+    candidates: Sequence[Candidate],
+    workers: int,
+    executor: Any,
+    progress: Callable[[int], None] | None,
+) -> pd.DataFrame:
     layout = engine.context.layout
     plan_population(engine, protocols)
     if not is_dask_client(executor):
@@ -150,7 +174,7 @@ def run_protocols(
             rows.extend(finished)
             if progress is not None:
                 progress(1)
-        return _sorted_table(rows)
+        return _sorted_table(engine, rows)
     owned = executor is None and workers > 1
     pool = cf.ThreadPoolExecutor(max_workers=workers) if owned else executor
     futures: list[cf.Future[list[dict[str, Any]]]] = []
@@ -190,7 +214,7 @@ def run_protocols(
         raise
     if owned and pool is not None:
         pool.shutdown()
-    return _sorted_table(rows)
+    return _sorted_table(engine, rows)
 
 
 def fit_shared_spaces(engine: Engine, protocols: Sequence[Protocol]) -> None:
@@ -286,7 +310,11 @@ def group_statistics(engine: Engine, executor: Any = None) -> GroupStats:
     return engine.context.group_stats
 
 
-def _sorted_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def _sorted_table(engine: Engine, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    # The populations the cap cut travel with the rows, so that a run on a cluster
+    # records them in the caller's engine as a local run does.
+    for row in rows:
+        engine.subsampled_populations.update(row.pop(_SUBSAMPLED, ()))
     table = pd.DataFrame(rows, columns=RESULT_COLUMNS)
     return table.sort_values(
         ["protocol", "covariate", "perturbation", "source", "source_name"], kind="stable"
@@ -324,10 +352,17 @@ def _perturbation_task(
     named = [(c.role, *c.resolve(protocol)) for c in candidates]
     # Registered sources are fixed for the engine: sums over their cells may be shared.
     shareable = [c.getter is None for c in candidates]
+    # Population protocols see at most the engine's cap of cells of each population.
+    population = protocol.representation == "population"
+    subsampled: list[Subsampled] = []
     try:
         space = resolve_space(engine, protocol.space, condition)
         reference = centering_vector(engine, protocol.centering, condition)
         truth_source = engine.source("truth", condition)
+        if population:
+            truth_source, record = cap_source(engine, condition, "truth", truth_source)
+            if record is not None:
+                subsampled.append(record)
         truth_view = make_view(
             engine, protocol, condition, truth_source, space, reference, cache_key="truth"
         )
@@ -340,27 +375,35 @@ def _perturbation_task(
         ]
     rows = []
     for (role, name, getter), registered in zip(named, shareable, strict=True):
+        cut: list[Subsampled] = []
         try:
             source = getter(engine, condition)
+            if population:
+                source, record = cap_source(engine, condition, name, source)
+                if record is not None:
+                    cut.append(record)
+            own = candidate_reference(protocol.centering, source, reference)
             fast = population_value(
                 engine,
                 protocol,
                 condition,
                 space,
-                reference,
+                own,
                 truth_view,
                 source,
                 cache_key=name if registered else None,
             )
             if fast is None:
                 key = _candidate_key(protocol, name, getter, registered)
-                view = make_view(engine, protocol, condition, source, space, reference, key)
+                view = make_view(engine, protocol, condition, source, space, own, key)
                 fast = protocol.metric(truth_view, view, ctx)
             value = float(fast)
             reason = "" if math.isfinite(value) else UNDEFINED_REASON
         except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
             value, reason = math.nan, _failure(exc)
-        rows.append(_row(engine, condition, protocol, role, name, value, reason))
+        row = _row(engine, condition, protocol, role, name, value, reason)
+        row[_SUBSAMPLED] = (*subsampled, *cut)
+        rows.append(row)
     return rows
 
 
@@ -480,8 +523,9 @@ def _stack(
         ]
         return views if protocol.representation == "control_de" else np.asarray(views)
     vectors = []
-    for k, reference in zip(conditions, references, strict=True):
+    for k, truth_reference in zip(conditions, references, strict=True):
         source = getter(engine, int(k))
+        reference = candidate_reference(protocol.centering, source, truth_reference)
         vector = source.centroid if reference is None else source.centroid - reference
         vectors.append(space.vector(vector, is_delta=reference is not None))
     return np.vstack(vectors)

@@ -13,6 +13,11 @@ import scipy.sparse as sp
 from scperteval.context import Context
 from scperteval.data.halves import derive_seed
 from scperteval.engine.pairs import pair_backend
+from scperteval.engine.population_cap import (
+    DEFAULT_MAX_POPULATION_CELLS,
+    Subsampled,
+    check_max_population_cells,
+)
 from scperteval.engine.sources import SOURCES
 from scperteval.kernels.threads import serial_kernels
 from scperteval.stats.diffexp import DEResult
@@ -60,6 +65,9 @@ class Engine:
         torch device.
     precision
         ``"float64"`` (default) or ``"float32"`` (torch devices only).
+    max_population_cells
+        Cells a population protocol uses of each population at most, drawn by the
+        seeded rule of :mod:`scperteval.engine.population_cap`; ``None``: all cells.
 
     """
 
@@ -71,6 +79,7 @@ class Engine:
         pca_cells: int = DEFAULT_PCA_CELLS,
         device: str | None = None,
         precision: str = "float64",
+        max_population_cells: int | None = DEFAULT_MAX_POPULATION_CELLS,
     ) -> None:
         if truth not in ("half", "all"):
             raise ValueError(f"truth must be 'half' or 'all', got {truth!r}")
@@ -80,6 +89,9 @@ class Engine:
         self.pca_cells = int(pca_cells)
         self.device = device
         self.precision = precision
+        self.max_population_cells = check_max_population_cells(max_population_cells)
+        #: Populations the cap cut during the runs on this engine (see ``population_cap``).
+        self.subsampled_populations: set[Subsampled] = set()
         #: Computes the population fast path's sums over pairs of cells.
         self.pairs = pair_backend(device, precision)
         #: Memory bound for the stored pairwise distances of cell samples (bytes).

@@ -20,7 +20,9 @@ of it:
   sum depends on the bandwidth, which ``bandwidth='truth'`` sets per perturbation,
   so the sample's pairwise squared distances are kept
   (:class:`~scperteval.metrics.population.StoredPairs`, about ``4 n^2`` bytes,
-  within ``Engine.pair_store_bytes``) and each bandwidth costs one pass of
+  within ``Engine.pair_store_bytes``, and never for a sample of more than
+  ``Engine.max_population_cells`` cells, whose sums are then taken tile by tile with
+  the same values) and each bandwidth costs one pass of
   exponentials over them, not the distances again. The value differs from the direct
   formula by float rounding only (the sums are grouped differently), about 1e-16 of
   the within-sample term.
@@ -311,7 +313,9 @@ def _sample_within(
     if planned == "truth":
         # A bandwidth per perturbation: keep the distances, if they fit.
         nbytes = engine.pairs.store_nbytes(base.shape[0])
-        if nbytes > engine.pair_store_bytes:
+        cap = engine.max_population_cells
+        if nbytes > engine.pair_store_bytes or (cap is not None and base.shape[0] > cap):
+            # The tiles give the stored distances' sums exactly, in bounded memory.
             return engine.pairs.sums(base, None, [transform])[0]
         store = engine.pair_store(
             ("sample_pairs", covariate, space.label), lambda: engine.pairs.store(base), nbytes

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from scperteval.metrics.population import single_threaded_blas
+
 __all__ = ["FeatureMap"]
 
 
@@ -53,7 +55,8 @@ class FeatureMap:
             return np.asarray(values[self.genes], dtype=np.float64)
         assert self.components is not None
         shifted = values if is_delta or self.offset is None else values - self.offset
-        return np.asarray(shifted @ self.components, dtype=np.float64)
+        with single_threaded_blas():
+            return np.asarray(shifted @ self.components, dtype=np.float64)
 
     def matrix(self, rows: Any, is_delta: bool = False) -> np.ndarray:
         """Map cells x genes rows (sparse or dense) to a dense cells x features array."""
@@ -62,9 +65,12 @@ class FeatureMap:
             dense = block.toarray() if sp.issparse(block) else np.asarray(block)
             return np.asarray(dense, dtype=np.float64)
         assert self.components is not None
-        projected = np.asarray(rows @ self.components, dtype=np.float64)
-        if not is_delta and self.offset is not None:
-            projected -= self.offset @ self.components
+        # One BLAS thread: a product split over threads may round differently with
+        # the machine's thread count, and values must not depend on where they ran.
+        with single_threaded_blas():
+            projected = np.asarray(rows @ self.components, dtype=np.float64)
+            if not is_delta and self.offset is not None:
+                projected -= self.offset @ self.components
         return projected
 
     def positions_of(self, gene_indices: np.ndarray) -> tuple[int, ...]:

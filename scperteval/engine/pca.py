@@ -17,28 +17,67 @@ arbitrary vectors for zero singular values the Gram route cannot reproduce.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
-from scipy.linalg import blas
 
-__all__ = ["principal_axes"]
+from scperteval.kernels.threads import even_bounds, kernel_threads, run_ranges
+from scperteval.metrics.population import single_threaded_blas
+
+__all__ = ["SampleRows", "principal_axes"]
 
 #: Below this many genes (or cells), a dense SVD is as fast as the Gram route.
 SMALL_SIDE = 1000
 #: Memory bound for one dense block of the centred sample.
 BLOCK_BYTES = 16 * 2**20
+#: Width of the Gram matrix's column tiles (fixed, so sums never depend on threads).
+GRAM_TILE = 256
 # Eigenvalues below this fraction of the largest count as zero (rank deficiency).
 _RANK_RTOL = 1e-10
 
 
+@dataclass(frozen=True)
+class SampleRows:
+    """A sample of cells read a block of rows at a time, never held whole.
+
+    Attributes
+    ----------
+    shape
+        ``(n_cells, n_genes)`` of the sample.
+    read
+        ``read(start, stop)``: rows ``start`` to ``stop`` of the sample, sparse or
+        dense.
+
+    """
+
+    shape: tuple[int, int]
+    read: Callable[[int, int], Any]
+
+    def __getitem__(self, rows: slice) -> Any:
+        start, stop, _ = rows.indices(self.shape[0])
+        return self.read(start, stop)
+
+
 def _column_means(sample: Any) -> np.ndarray:
+    n_cells, n_genes = sample.shape
+    if isinstance(sample, SampleRows):
+        totals = np.zeros(n_genes)
+        rows = _dense_block_rows(n_genes)
+        for start in range(0, n_cells, rows):
+            block = sample[start : start + rows]
+            if sp.issparse(block):
+                block = block.tocsr()
+                totals += np.bincount(block.indices, weights=block.data, minlength=n_genes)
+            else:
+                totals += np.asarray(block, dtype=np.float64).sum(axis=0)
+        return totals / n_cells
     if sp.issparse(sample):
         # Summed in float64 (scipy accumulates in the matrix's own dtype otherwise),
         # converting one block of rows at a time rather than the whole sample.
-        n_cells, n_genes = sample.shape
         sample = sample.tocsr()
         average_row_bytes = 8 * max(1, sample.nnz // max(1, n_cells))
         rows = max(1, BLOCK_BYTES // average_row_bytes)
@@ -50,10 +89,21 @@ def _column_means(sample: Any) -> np.ndarray:
     return np.asarray(sample, dtype=np.float64).mean(axis=0)
 
 
+def _dense_block_rows(n_genes: int) -> int:
+    return max(1, BLOCK_BYTES // (8 * n_genes))
+
+
+def _whole(sample: Any) -> Any:
+    return sample[0 : sample.shape[0]] if isinstance(sample, SampleRows) else sample
+
+
 def _dense_rows(sample: Any, start: int, stop: int, offset: np.ndarray) -> np.ndarray:
     block = sample[start:stop]
-    dense = block.toarray() if sp.issparse(block) else np.array(block)
-    dense = np.asarray(dense, dtype=np.float64)
+    # Densified in float64 at once: no dense copy in the data's own dtype first.
+    if sp.issparse(block):
+        dense = block.astype(np.float64).toarray()
+    else:
+        dense = np.array(block, dtype=np.float64)
     dense -= offset
     return dense
 
@@ -66,7 +116,7 @@ def _signed(components: np.ndarray) -> np.ndarray:
 
 
 def _svd_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray:
-    dense = _dense_rows(sample, 0, sample.shape[0], offset)
+    dense = _dense_rows(_whole(sample), 0, sample.shape[0], offset)
     _, _, vt = np.linalg.svd(dense, full_matrices=False)
     return np.ascontiguousarray(vt[:k].T)
 
@@ -74,16 +124,27 @@ def _svd_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray:
 def _add_outer_products(gram: np.ndarray, factor: np.ndarray, transposed: bool) -> None:
     """``gram += factor @ factor.T`` (``factor.T @ factor`` if ``transposed``), lower half.
 
-    BLAS's symmetric rank-k update writes into the Fortran-ordered ``gram`` in
-    place: no second matrix of its size, and half the products of a full one.
-    ``factor`` is Fortran-ordered (a transposed C-ordered block), so it is not
-    copied either.
+    The lower half is cut into column tiles of a fixed width, each one matrix
+    product on one BLAS thread, the tiles spread over the kernel threads. A BLAS
+    call on several threads may split its sums differently with the thread count;
+    a fixed tiling sums every entry the same way on any machine, worker or
+    scheduler, so the axes are bit-identical everywhere.
     """
-    updated = blas.dsyrk(
-        1.0, factor, beta=1.0, c=gram, trans=int(transposed), lower=1, overwrite_c=1
-    )
-    if not np.shares_memory(updated, gram):
-        gram[...] = updated
+    left = factor.T if transposed else factor
+    size = gram.shape[0]
+    starts = list(range(0, size, GRAM_TILE))
+
+    n_ranges = max(1, min(kernel_threads(), len(starts)))
+
+    def tiles(first: int, stop: int) -> None:
+        # Range r takes tiles r, r + n_ranges, ...: earlier tiles hold more of the
+        # lower half, so dealing them out in turn evens the work.
+        for which in range(first, stop):
+            for start in starts[which::n_ranges]:
+                end = min(start + GRAM_TILE, size)
+                gram[start:, start:end] += left[start:] @ left[start:end].T
+
+    run_ranges(tiles, even_bounds(n_ranges, n_ranges))
 
 
 def _top_eigenvectors(gram: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -101,7 +162,7 @@ def _top_eigenvectors(gram: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]
 def _gene_gram_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray | None:
     n_cells, n_genes = sample.shape
     gram = np.zeros((n_genes, n_genes), order="F")
-    rows = max(1, BLOCK_BYTES // (8 * n_genes))
+    rows = _dense_block_rows(n_genes)
     for start in range(0, n_cells, rows):
         block = _dense_rows(sample, start, min(start + rows, n_cells), offset)
         _add_outer_products(gram, block.T, transposed=False)
@@ -110,6 +171,7 @@ def _gene_gram_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray | Non
 
 
 def _cell_gram_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray | None:
+    sample = _whole(sample)
     n_cells, n_genes = sample.shape
     columns = max(1, BLOCK_BYTES // (8 * n_cells))
     by_columns = sample.tocsc() if sp.issparse(sample) else sample
@@ -144,7 +206,9 @@ def principal_axes(sample: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
     Parameters
     ----------
     sample
-        Cells x genes, dense or scipy sparse (any float dtype; computed in float64).
+        Cells x genes, dense or scipy sparse (any float dtype; computed in float64),
+        or :class:`SampleRows` to read it by blocks (the Gram route then never
+        holds the whole sample).
     k
         Number of axes wanted; fewer are returned when the sample has fewer cells or
         genes.
@@ -158,6 +222,11 @@ def principal_axes(sample: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
         The sample's mean per gene (the centre of the projection).
 
     """
+    with single_threaded_blas():
+        return _principal_axes(sample, k)
+
+
+def _principal_axes(sample: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
     n_cells, n_genes = sample.shape
     offset = _column_means(sample)
     n_components = min(int(k), n_cells, n_genes)

@@ -98,6 +98,11 @@ class SourceData:
         ``(covariate index, indices)`` when the cells are the rows at ``indices`` of
         the covariate group's perturbed sample (:meth:`SourceEngine.perturbed_sample`), so
         that views can be cut from the sample's cached views; else ``None``.
+    control
+        The source's own control cells of the covariate group (a model's predicted
+        control, scored with ``control="predicted"``): its deltas against the control,
+        its DE and its energy distance to the control are then taken against them.
+        ``None`` (every other source) uses the measured control cells.
 
     """
 
@@ -106,6 +111,7 @@ class SourceData:
     rows: Any = None
     moments: GroupStats | None = None
     sample: tuple[int, np.ndarray] | None = None
+    control: SourceData | None = None
 
     @property
     def has_cells(self) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 
 from scperteval.data.halves import derive_seed
 from scperteval.engine.featuremap import FeatureMap
-from scperteval.engine.pca import principal_axes
+from scperteval.engine.pca import SampleRows, principal_axes
 from scperteval.errors import SpecError
 from scperteval.metrics._common import DegenerateInput
 from scperteval.registry import Registry
@@ -170,7 +170,11 @@ def _fit_pca(engine: Engine, covariate: int, k: int) -> FeatureMap:
     rng = np.random.default_rng(derive_seed(engine.seed, "pca", engine.covariates[covariate]))
     if positions.size > engine.pca_cells:
         positions = np.sort(rng.choice(positions, engine.pca_cells, replace=False))
-    components, offset = principal_axes(engine.context.dataset.rows(positions), k)
+    dataset = engine.context.dataset
+    sample = SampleRows(
+        (positions.size, dataset.n_genes), lambda start, stop: dataset.rows(positions[start:stop])
+    )
+    components, offset = principal_axes(sample, k)
     n_components = components.shape[1]
     names = np.array([f"PC{i + 1}" for i in range(n_components)])
     return FeatureMap(label=f"pca(k={k})", names=names, components=components, offset=offset)

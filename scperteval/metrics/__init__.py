@@ -27,6 +27,7 @@ from scperteval.metrics.centroid import (
     weighted_pearson,
     weighted_r2,
 )
+from scperteval.metrics.clustering import clustering_agreement
 from scperteval.metrics.context import DatasetContext, PerturbationContext
 from scperteval.metrics.dataset import (
     distance_matrix,
@@ -61,6 +62,7 @@ __all__ = [
     "DatasetContext",
     "DEView",
     "ControlDE",
+    "clustering_agreement",
     "pearson",
     "r2",
     "mse",

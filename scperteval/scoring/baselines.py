@@ -7,12 +7,17 @@
 - ``additive`` (when the data has combinations): control mean plus each single's effect.
 - ``linear``: a ridge regression from target-gene embeddings to expression
   changes (after Ahlmann-Eltze et al. 2025), see :func:`linear_baseline`.
+- ``cell_eval_mean`` (plain runs, ``truth="all"``, only): cell-eval's mean
+  baseline, against which the Virtual Cell Challenge scales its score, see
+  :func:`cell_eval_mean_baseline`. Not among the defaults: a plain run of the
+  challenge's terms adds it (see :mod:`scperteval.scoring.vcc`).
 
 What each baseline sees: the first four and ``additive`` are sources of the
 engine (see :mod:`scperteval.engine.sources`) and never use the truth half.
 The linear baseline, for a perturbation ``p``, is fitted on the centroids of the
 *other* perturbations of the covariate group (all their cells) and on the
-control mean; it never sees any cell of ``p``.
+control mean; it never sees any cell of ``p``. ``cell_eval_mean`` is built as
+cell-eval builds it, from every cell, ``p``'s included.
 """
 
 from __future__ import annotations
@@ -24,11 +29,19 @@ import numpy as np
 from scperteval.engine.dispatch import Candidate
 from scperteval.engine.sources import SourceData
 from scperteval.metrics import DegenerateInput
+from scperteval.stats.groups import GroupStats
 
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
 
-__all__ = ["baseline_candidates", "fit_linear_baseline", "linear_baseline", "BASELINES"]
+__all__ = [
+    "baseline_candidates",
+    "cell_eval_mean_baseline",
+    "fit_linear_baseline",
+    "linear_baseline",
+    "BASELINES",
+    "CELL_EVAL_MEAN",
+]
 
 BASELINES = (
     "dataset_mean",
@@ -38,6 +51,8 @@ BASELINES = (
     "additive",
     "linear",
 )
+#: cell-eval's mean baseline: available by name, not among the defaults.
+CELL_EVAL_MEAN = "cell_eval_mean"
 LINEAR_COMPONENTS = 10
 LINEAR_RIDGE = 0.1
 
@@ -51,6 +66,8 @@ def baseline_candidates(engine: Engine, names: tuple[str, ...] = BASELINES) -> l
             continue
         if name == "linear":
             candidates.append(Candidate("baseline", name, linear_baseline))
+        elif name == CELL_EVAL_MEAN:
+            candidates.append(Candidate("baseline", name, cell_eval_mean_baseline))
         elif name == "technical_duplicate" and engine.truth_half == "all":
             continue
         elif name == "interpolated_duplicate" and engine.truth_half == "all":
@@ -65,6 +82,32 @@ def _source_getter(name: str):  # type: ignore[no-untyped-def]
         return engine.source(name, condition)  # type: ignore[no-any-return]
 
     return getter
+
+
+def cell_eval_mean_baseline(engine: Engine, condition: int) -> SourceData:
+    """cell-eval's mean baseline: every cell of ``p`` predicted as one mean profile.
+
+    The profile of covariate group ``c`` is the unweighted mean of the centroids
+    (all cells) of the group's evaluated perturbations *and of its control cells*:
+    cell-eval averages the means of every label of the truth file, the control's
+    included. The baseline holds as many cells as ``p`` has, each equal to the
+    profile, so that DE against the control can be computed on it; its control is
+    the measured one (cell-eval's baseline file copies the measured control cells).
+    """
+    covariate = engine.covariate_index(condition)
+
+    def profile() -> np.ndarray:
+        conditions = engine.conditions_of(covariate)
+        centroids = engine.context.centroids("all")[conditions]
+        # The control's centroid counts as one more label, as in cell-eval.
+        total = centroids.sum(axis=0) + engine.control_mean(condition)
+        return total / (len(conditions) + 1)
+
+    centre = engine.memo(("baseline", CELL_EVAL_MEAN, covariate), profile)
+    n_cells = engine.positions(condition, "all").size
+    rows = np.tile(centre, (n_cells, 1))
+    moments = GroupStats.from_chunk(rows, np.zeros(n_cells, dtype=np.int64), 1)
+    return SourceData(centroid=centre, rows=rows, moments=moments)
 
 
 def linear_baseline(engine: Engine, condition: int) -> SourceData:

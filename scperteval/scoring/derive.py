@@ -19,6 +19,7 @@ from scperteval.scoring.leaderboard import Leaderboard, build_leaderboard
 from scperteval.scoring.pairwise import pairwise_tests, win_tie_loss
 from scperteval.scoring.significance import NEGATIVE_BASELINES, paired_tests
 from scperteval.scoring.trust import MIN_PERTURBATIONS, apply_evidence, verdict_sentences
+from scperteval.scoring.vcc import add_vcc_column
 
 __all__ = ["Derived", "derive"]
 
@@ -114,6 +115,7 @@ def derive(
         flags=flags,
     )
     board.verdicts = verdicts
+    add_vcc_column(board, results, protocols, calibrated)
     models = sorted(entries.loc[entries["source"] == "model", "source_name"].unique())
     present = set(entries["source_name"].unique())
     tests = paired_tests(

@@ -36,6 +36,7 @@ HEADLINE_COLUMNS = (
     "protocols",
     "listing",
     "flags",
+    "vcc_score",
 )
 RANKED = "ranked"
 APART = "listed apart"
@@ -58,7 +59,8 @@ class Leaderboard:
         ``protocols`` read ``covered/total``; ``listing`` is ``ranked`` or
         ``listed apart`` (partial coverage, no rank). In plain mode (truth =
         all cells) protocol columns are aggregate raw values and ``score`` is
-        the mean rank over protocols (lower is better).
+        the mean rank over protocols (lower is better). A run of the Virtual Cell
+        Challenge's terms adds ``vcc_score`` (see :mod:`scperteval.scoring.vcc`).
     trusted
         Protocols the overall score uses.
     excluded
@@ -114,7 +116,8 @@ class Leaderboard:
         if "listing" in frame:
             chosen = (frame["listing"] == RANKED) & (frame["flags"] == NO_FLAGS)
             frame = frame[chosen] if chosen.any() else frame
-        for column in ["score", *self.protocols]:
+        extra = [c for c in ("vcc_score",) if c in frame.columns]
+        for column in ["score", *extra, *self.protocols]:
             values = frame[column].to_numpy(dtype=np.float64)
             if not np.isfinite(values).any():
                 continue

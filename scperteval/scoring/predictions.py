@@ -6,11 +6,15 @@ pseudobulk row per perturbation, in any form of
 for pseudobulk predictions. Genes are aligned to the truth by exact name:
 missing genes are an error (with a hint when they match only up to case),
 duplicate names are an error, extra genes are dropped with a warning. Deltas
-are always taken against the truth's measured control, so predicted control
-rows are ignored (said once). A model declared to predict *changes* from the
-control (``deltas``) has the measured control mean of its covariate group added
-back. Values must be on the truth's scale (log-normalised): count or ``expm1``
-scales and negative values are refused before any work starts.
+are taken against the truth's measured control, so predicted control rows are
+ignored (said once); with ``control="predicted"`` (cell-eval's convention) they
+are kept, per covariate group, and each model's deltas, DE and energy distances
+against the control are taken against its own predicted control cells, which
+every covariate group it predicts must then have. A model declared to predict
+*changes* from the control (``deltas``) has the measured control mean of its
+covariate group added back (to its predicted control rows too). Values must be
+on the truth's scale (log-normalised): count or ``expm1`` scales and negative
+values are refused before any work starts.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from scperteval.data.dataset import RAW_COUNT_MAX, Dataset
+from scperteval.data.dataset import Dataset
 from scperteval.data.labels import listing
 from scperteval.engine.sources import SourceData
 from scperteval.errors import DatasetError, ScpertevalWarning, SpecError
 from scperteval.metrics import DegenerateInput
+from scperteval.scoring.prediction_checks import check_scale, check_totals, control_totals
 from scperteval.scoring.prediction_readers import (
     PREDICTION_SUFFIXES,
     PredictionTable,
@@ -41,12 +46,11 @@ from scperteval.stats.groups import GroupStats
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
 
-__all__ = ["Prediction", "load_predictions", "prediction_inputs"]
+__all__ = ["CONTROL_MODES", "Prediction", "load_predictions", "prediction_inputs"]
 
-#: A prediction whose mean total expression per row is this many times the control
-#: cells' (or less than its inverse) is probably on another scale: it is scored with a
-#: warning, or refused as undeclared changes from the control when it has negative values.
-TOTAL_RATIO_WARNING = 3.0
+#: Where a model's deltas against the control are taken: the measured control cells
+#: (the default), or the model's own predicted control cells (as cell-eval does).
+CONTROL_MODES = ("measured", "predicted")
 
 
 @dataclass(eq=False)
@@ -74,6 +78,10 @@ class Prediction:
     notes
         What was ignored or adjusted while aligning (predicted controls, extra
         genes or perturbations), each said once.
+    controls
+        Per covariate group, the row numbers of the predicted control cells, when
+        the model is scored against its own control (``control="predicted"``);
+        empty otherwise.
 
     """
 
@@ -85,7 +93,9 @@ class Prediction:
     delta: bool = False
     description: str = ""
     notes: list[str] = field(default_factory=list)
+    controls: dict[str, np.ndarray] = field(default_factory=dict)
     _sources: dict[int, SourceData] = field(default_factory=dict, repr=False)
+    _controls: dict[str, SourceData] = field(default_factory=dict, repr=False)
 
     @property
     def coverage(self) -> float:
@@ -100,18 +110,42 @@ class Prediction:
         cached = self._sources.get(condition)
         if cached is not None:
             return cached
-        rows = self.matrix[self.rows[condition]]
+        rows = self._rows(engine, condition, self.rows[condition])
+        moments = GroupStats.from_chunk(rows, np.zeros(rows.shape[0], dtype=np.int64), 1)
+        control = self._own_control(engine, condition)
+        if self.pseudobulk:
+            # One row per perturbation: a centroid, no cells for population protocols.
+            source = SourceData(centroid=moments.mean[0], control=control)
+        else:
+            source = SourceData(
+                centroid=moments.mean[0], rows=rows, moments=moments, control=control
+            )
+        self._sources[condition] = source
+        return source
+
+    def _rows(self, engine: Engine, condition: int, numbers: np.ndarray) -> Any:
+        rows = self.matrix[numbers]
         if self.delta:
             dense = rows.toarray() if sp.issparse(rows) else np.asarray(rows, dtype=np.float64)
             rows = dense + engine.control_mean(condition)
-        moments = GroupStats.from_chunk(rows, np.zeros(rows.shape[0], dtype=np.int64), 1)
-        if self.pseudobulk:
-            # One row per perturbation: a centroid, no cells for population protocols.
-            source = SourceData(centroid=moments.mean[0])
-        else:
-            source = SourceData(centroid=moments.mean[0], rows=rows, moments=moments)
-        self._sources[condition] = source
-        return source
+        return rows
+
+    def _own_control(self, engine: Engine, condition: int) -> SourceData | None:
+        """The predicted control cells of the condition's covariate group, if kept."""
+        if not self.controls:
+            return None
+        covariate = engine.context.layout.conditions[condition].covariate
+        cached = self._controls.get(covariate)
+        if cached is None:
+            if covariate not in self.controls:
+                raise DegenerateInput(
+                    f"model {self.name!r} has no predicted control cells in {covariate!r}"
+                )
+            rows = self._rows(engine, condition, self.controls[covariate])
+            mean = np.asarray(rows.mean(axis=0, dtype=np.float64)).ravel()
+            cached = SourceData(centroid=mean, rows=rows)
+            self._controls[covariate] = cached
+        return cached
 
     def record(self) -> dict[str, Any]:
         """What ``run.json`` keeps about the model."""
@@ -121,6 +155,15 @@ class Prediction:
             "missing": [f"{c}/{p}" for c, p in self.missing],
             "pseudobulk": self.pseudobulk,
             "delta": self.delta,
+            "control": (
+                "predicted: "
+                + ", ".join(
+                    f"{len(rows)} cells" if c == "all" else f"{len(rows)} cells in {c}"
+                    for c, rows in self.controls.items()
+                )
+                if self.controls
+                else "measured"
+            ),
             "notes": list(self.notes),
         }
 
@@ -203,6 +246,7 @@ def load_predictions(
     layout: Any,
     allow_missing: bool = False,
     deltas: Collection[str] = (),
+    control: str = "measured",
 ) -> list[Prediction]:
     """Read, align and check every model's predictions.
 
@@ -218,6 +262,10 @@ def load_predictions(
         Record missing perturbations as NaN instead of raising.
     deltas
         Names of the models that predict changes from the control mean.
+    control
+        ``measured`` (default): predicted control rows are ignored; ``predicted``:
+        they are kept per covariate group (:attr:`Prediction.controls`), and each
+        model is compared with its own control.
 
     Returns
     -------
@@ -227,12 +275,15 @@ def load_predictions(
     Raises
     ------
     DatasetError
-        If a prediction cannot be read, misses genes or perturbations, or is not on
-        the truth's scale.
+        If a prediction cannot be read, misses genes or perturbations, is not on
+        the truth's scale, or (``control="predicted"``) has no predicted control
+        cells in a covariate group it predicts.
     SpecError
-        If ``deltas`` names a model that is not given.
+        If ``deltas`` names a model that is not given, or ``control`` is unknown.
 
     """
+    if control not in CONTROL_MODES:
+        raise SpecError(f"control must be 'measured' or 'predicted', got {control!r}")
     inputs = prediction_inputs(spec)
     unknown = sorted(set(deltas) - set(inputs))
     if unknown:
@@ -243,14 +294,16 @@ def load_predictions(
     controls: dict[str, tuple[np.ndarray, float]] | None = None
     for name, value in inputs.items():
         table = read_prediction(value, name, dataset)
-        model = _align(name, table, dataset, layout, allow_missing, delta=name in deltas)
-        controls = controls if controls is not None else _control_totals(dataset, layout)
+        model = _align(
+            name, table, dataset, layout, allow_missing, delta=name in deltas, control=control
+        )
+        controls = controls if controls is not None else control_totals(dataset, layout)
         covariates = (
             np.full(len(table.labels), layout.covariates[0], dtype=object)
             if table.covariates is None
             else np.asarray(table.covariates, dtype=object)
         )
-        _check_totals(model, covariates, controls, model.notes)
+        check_totals(model, covariates, controls, model.notes)
         for note in model.notes:
             warnings.warn(note, ScpertevalWarning, stacklevel=2)
         models.append(model)
@@ -264,6 +317,7 @@ def _align(
     layout: Any,
     allow_missing: bool,
     delta: bool = False,
+    control: str = "measured",
 ) -> Prediction:
     where = f"prediction {name!r}"
     notes: list[str] = []
@@ -272,7 +326,7 @@ def _align(
     matrix = (
         sp.csr_matrix(matrix)[:, columns] if sp.issparse(matrix) else np.asarray(matrix)[:, columns]
     )
-    _check_scale(where, matrix)
+    check_scale(where, matrix)
     labels = np.asarray(table.labels, dtype=object)
     covariates = (
         np.full(labels.shape[0], "all", dtype=object)
@@ -297,6 +351,11 @@ def _align(
             + (" ..." if len(missing) > 10 else "")
             + "; pass allow_missing=True (CLI: --allow-missing) to score the rest"
         )
+    controls = (
+        _own_controls(where, index, dataset.control_label, layout, rows)
+        if control == "predicted"
+        else {}
+    )
     _note_unused(where, index, dataset.control_label, notes)
     pseudobulk = bool(rows) and all(r.size == 1 for r in rows.values())
     return Prediction(
@@ -308,7 +367,32 @@ def _align(
         delta=delta,
         description=table.description + (", changes from the control mean" if delta else ""),
         notes=notes,
+        controls=controls,
     )
+
+
+def _own_controls(
+    where: str,
+    index: dict[tuple[str, str], list[int]],
+    control: str,
+    layout: Any,
+    rows: dict[int, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """Take the predicted control rows out of ``index``, per covariate group; all needed.
+
+    Every covariate group the model predicts a perturbation of needs control rows.
+    """
+    needed = sorted({layout.conditions[k].covariate for k in rows})
+    found = {c: index.pop((c, control)) for c in needed if (c, control) in index}
+    lacking = [c for c in needed if c not in found]
+    if lacking:
+        groups = "" if lacking == ["all"] else f" in covariate group(s) {listing(lacking)}"
+        raise DatasetError(
+            f"{where}: no predicted control cells (label {control!r}){groups}; deltas "
+            "against the predicted control (CLI: --control-from-predictions; Python: "
+            "control='predicted') need them"
+        )
+    return {c: np.asarray(r, dtype=np.int64) for c, r in found.items()}
 
 
 def _gene_columns(where: str, genes: pd.Index, dataset: Dataset, notes: list[str]) -> np.ndarray:
@@ -338,32 +422,9 @@ def _gene_columns(where: str, genes: pd.Index, dataset: Dataset, notes: list[str
     extra = genes.difference(dataset.var_names)
     if len(extra):
         notes.append(
-            f"{where}: {len(extra)} gene(s) not in the truth are ignored: "
-            f"{listing(extra.tolist())}"
+            f"{where}: {len(extra)} gene(s) not in the truth are ignored: {listing(extra.tolist())}"
         )
     return np.asarray(genes.get_indexer(dataset.var_names))
-
-
-def _check_scale(where: str, matrix: Any) -> None:
-    """Refuse values that cannot be log-normalised expression or changes of it."""
-    values = np.asarray(matrix.data if sp.issparse(matrix) else matrix)
-    if values.size == 0:
-        return
-    finite = np.isfinite(values)
-    if not finite.all():
-        raise DatasetError(
-            f"{where}: {int((~finite).sum())} non-finite predicted value(s); "
-            "predict a number for every gene"
-        )
-    low, high = float(values.min()), float(values.max())
-    largest = max(abs(low), abs(high))
-    if largest > RAW_COUNT_MAX:
-        integral = bool(np.all(values == np.round(values)))
-        scale = "raw counts" if integral else "an expm1 or count scale"
-        raise DatasetError(
-            f"{where}: values up to {largest:g} look like {scale}; predictions must be on "
-            "the truth's scale (normalize_total to 1e4, then log1p)"
-        )
 
 
 def _note_unused(
@@ -380,60 +441,4 @@ def _note_unused(
         notes.append(
             f"{where}: {len(extra)} predicted perturbation(s) not in the truth are ignored: "
             f"{listing(extra)}"
-        )
-
-
-def _control_totals(dataset: Dataset, layout: Any) -> dict[str, tuple[np.ndarray, float]]:
-    """Per covariate group: the control cells' mean expression and its total over genes."""
-    totals = {}
-    for index, covariate in enumerate(layout.covariates):
-        rows = dataset.rows(layout.control_positions(index))
-        mean = np.asarray(rows.mean(axis=0, dtype=np.float64)).ravel()
-        totals[covariate] = (mean, float(mean.sum()))
-    return totals
-
-
-def _check_totals(
-    model: Prediction,
-    covariates: np.ndarray,
-    controls: dict[str, tuple[np.ndarray, float]],
-    notes: list[str],
-) -> None:
-    """Compare the prediction's total expression per row with the control cells' total.
-
-    An undeclared delta (negative values, totals near 0 where the controls' are not)
-    is refused; negative values otherwise, and totals far from the controls', are
-    scored with a note.
-    """
-    where = f"prediction {model.name!r}"
-    used = np.concatenate(list(model.rows.values())) if model.rows else np.zeros(0, np.int64)
-    if used.size == 0:
-        return
-    matrix = model.matrix[used]
-    row_totals = np.asarray(matrix.sum(axis=1)).ravel()
-    expected = np.array([controls[c][1] for c in covariates[used]])
-    if model.delta:
-        row_totals = row_totals + expected
-    values = matrix.data if sp.issparse(matrix) else np.asarray(matrix)
-    n_negative = int((values < 0).sum())
-    ratio = float(row_totals.mean() / expected.mean()) if expected.mean() > 0 else 1.0
-    declare = f"(CLI: --delta {model.name}; Python: deltas=[{model.name!r}])"
-    if n_negative and not model.delta:
-        low = float(values.min())
-        if ratio < 1 / TOTAL_RATIO_WARNING:
-            raise DatasetError(
-                f"{where}: {n_negative} negative value(s) (minimum {low:g}) and a total "
-                f"expression {ratio:.3g} times the control cells' look like changes from the "
-                f"control; if the model predicts changes, declare it {declare}"
-            )
-        notes.append(
-            f"{where}: {n_negative} negative value(s) (minimum {low:g}), impossible for "
-            f"log-normalised expression, are scored as given; a model predicting changes "
-            f"from the control is declared {declare}"
-        )
-    if ratio > TOTAL_RATIO_WARNING or ratio < 1 / TOTAL_RATIO_WARNING:
-        notes.append(
-            f"{where}: mean total expression {row_totals.mean():.4g} is {ratio:.3g} times "
-            f"the control cells' {expected.mean():.4g}; check that it is on the truth's "
-            "scale (and its genes are the truth's)"
         )

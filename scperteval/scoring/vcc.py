@@ -2,8 +2,9 @@
 
 ``cell-eval score`` compares a model's mean metric values with those of a baseline
 model scored on the same data (cell-eval's baseline predicts, for every perturbed
-cell, the mean of the perturbation centroids). Per metric, with ``u`` the model's and
-``b`` the baseline's mean over perturbations:
+cell, the unweighted mean of the centroids of every label of the truth file, the
+control's included: :func:`~scperteval.scoring.baselines.cell_eval_mean_baseline`).
+Per metric, with ``u`` the model's and ``b`` the baseline's mean over perturbations:
 
 - metrics whose best value is 0 (``mae``, ``mse``, ``mae_delta``, ``mse_delta``):
   ``1 - u / b``;
@@ -18,19 +19,46 @@ The means follow cell-eval's table: a NaN that a metric returned (an AUC with on
 class of genes, a correlation of a constant) makes its mean NaN, while a perturbation
 that cell-eval leaves out of a metric (no truth DEG for the direction, Spearman and
 recall metrics; recorded here as NaN with the failure's reason) is skipped.
+
+The leaderboard's ``vcc_score`` column (:func:`add_vcc_column`) is this score on the
+challenge's three terms (:data:`CHALLENGE_TERMS`, the ``vcc2025`` suite) against
+``cell_eval_mean``, for every entry of a plain run (``truth="all"``, as cell-eval
+scores) holding the three terms as the challenge defines them.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from scperteval.engine.dispatch import UNDEFINED_REASON
 from scperteval.errors import SpecError
+from scperteval.scoring.baselines import CELL_EVAL_MEAN
+from scperteval.scoring.leaderboard import Leaderboard
 
-__all__ = ["BEST_ZERO", "BEST_ONE", "metric_means", "vcc_scores"]
+__all__ = [
+    "BEST_ZERO",
+    "BEST_ONE",
+    "CHALLENGE_TERMS",
+    "VCC_COLUMN",
+    "add_vcc_column",
+    "has_challenge_terms",
+    "metric_means",
+    "vcc_column",
+    "vcc_scores",
+]
+
+#: The Virtual Cell Challenge's terms: PDS, MAE and DES, under cell-eval's names.
+CHALLENGE_TERMS = ("discrimination_score_l1", "mae", "overlap_at_N")
+#: The leaderboard column holding the challenge's score.
+VCC_COLUMN = "vcc_score"
+#: What defines a protocol's values (its name and controls aside).
+_DEFINING = ("metric", "representation", "scope", "space", "centering")
 
 #: cell-eval metrics whose best value is 0.
 BEST_ZERO = frozenset({"mae", "mse", "mae_delta", "mse_delta"})
@@ -150,3 +178,124 @@ def vcc_scores(
     table = pd.DataFrame.from_dict(rows, orient="index", columns=[*zero, *one, "avg_score"])
     table.index.name = "model"
     return table
+
+
+@functools.lru_cache(maxsize=1)
+def _challenge_definitions() -> dict[str, tuple[str, ...]]:
+    from scperteval.engine.suites import resolve_protocols
+
+    return {
+        p.name: tuple(str(p.describe()[k]) for k in _DEFINING)
+        for p in resolve_protocols("vcc2025")
+    }
+
+
+def _differing(described: Iterable[dict[str, Any]]) -> list[str]:
+    """Challenge terms among ``described`` that are defined otherwise than in ``vcc2025``."""
+    expected = _challenge_definitions()
+    return sorted(
+        str(row["protocol"])
+        for row in described
+        if row["protocol"] in expected
+        and tuple(str(row.get(k)) for k in _DEFINING) != expected[str(row["protocol"])]
+    )
+
+
+def has_challenge_terms(protocols: Iterable[Any]) -> bool:
+    """Whether the protocols hold the challenge's three terms, defined as the challenge does.
+
+    Parameters
+    ----------
+    protocols
+        :class:`~scperteval.engine.protocol.Protocol` objects.
+
+    Returns
+    -------
+    bool
+        ``True`` when every name of :data:`CHALLENGE_TERMS` is among them with the
+        ``vcc2025`` suite's metric, representation, scope, space and centering.
+
+    """
+    described = [p.describe() for p in protocols]
+    names = {row["protocol"] for row in described}
+    return set(CHALLENGE_TERMS) <= names and not _differing(described)
+
+
+def vcc_column(
+    results: pd.DataFrame, protocols: pd.DataFrame, calibrated: bool
+) -> tuple[dict[str, float], str] | None:
+    """The challenge's score of every entry of a run, or why it has none.
+
+    Parameters
+    ----------
+    results
+        The run's tidy results table.
+    protocols
+        One row per protocol of the run (``protocol`` and the defining columns
+        ``metric, representation, scope, space, centering``).
+    calibrated
+        Whether the run is calibrated (truth half).
+
+    Returns
+    -------
+    tuple or None
+        ``None`` when the run lacks one of :data:`CHALLENGE_TERMS` (no column).
+        Else ``(scores, reason)``: per entry (``model`` and ``baseline`` rows), its
+        :func:`vcc_scores` ``avg_score`` on the three terms against
+        ``cell_eval_mean`` (none for an entry whose every value failed) and
+        ``reason`` empty; or no scores and the reason.
+
+    """
+    names = {str(p) for p in protocols["protocol"]}
+    if not set(CHALLENGE_TERMS) <= names:
+        return None
+    differing = _differing(protocols.to_dict("records"))
+    if differing:
+        return {}, (
+            f"protocol(s) {', '.join(differing)} are not defined as in the challenge "
+            "(the vcc2025 suite)"
+        )
+    if calibrated:
+        return {}, "the challenge's score is defined on plain runs (--truth all)"
+    entries = results[
+        results["source"].isin(("model", "baseline")) & results["protocol"].isin(CHALLENGE_TERMS)
+    ]
+    if CELL_EVAL_MEAN not in set(entries["source_name"]):
+        return {}, f"its baseline {CELL_EVAL_MEAN!r} was not scored (baselines turned off)"
+    # An entry without a single value of the terms (every one failed) has no score.
+    scored = sorted(metric_means(entries).index)
+    if CELL_EVAL_MEAN not in scored:
+        return {}, f"its baseline {CELL_EVAL_MEAN!r} has no value of the challenge's terms"
+    scores = vcc_scores(entries, baseline=CELL_EVAL_MEAN, models=scored)
+    return {str(name): float(value) for name, value in scores["avg_score"].items()}, ""
+
+
+def add_vcc_column(
+    board: Leaderboard, results: pd.DataFrame, protocols: pd.DataFrame, calibrated: bool
+) -> None:
+    """Add the ``vcc_score`` column and its note to a leaderboard, in place.
+
+    Parameters
+    ----------
+    board
+        The run's leaderboard.
+    results, protocols, calibrated
+        As for :func:`vcc_column`. Without the three terms the board is left as it
+        is; where the score cannot be computed the column holds NaN and the note
+        says why.
+
+    """
+    column = vcc_column(results, protocols, calibrated)
+    if column is None:
+        return
+    scores, reason = column
+    board.table[VCC_COLUMN] = [scores.get(str(n), math.nan) for n in board.table["model"]]
+    if reason:
+        board.notes.append(f"{VCC_COLUMN}: none, {reason}.")
+    else:
+        board.notes.append(
+            f"{VCC_COLUMN}: the Virtual Cell Challenge's score (cell-eval score): the mean over "
+            f"{', '.join(CHALLENGE_TERMS)} of each term scaled against the baseline "
+            f"{CELL_EVAL_MEAN} (1 - u/b for mae, (u - b)/(1 - b) for the others, NaN and "
+            "negative values as 0)."
+        )

@@ -13,6 +13,11 @@ from scperteval.data.load import DatasetOptions, load_dataset
 from scperteval.engine.calibrators import Thresholds, calibration_table, verdict_reasons
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS
 from scperteval.engine.failures import failure_counts, failure_lines
+from scperteval.engine.population_cap import (
+    DEFAULT_MAX_POPULATION_CELLS,
+    NO_CAP,
+    check_max_population_cells,
+)
 from scperteval.engine.suites import resolve_protocols
 from scperteval.outputs import staged_output
 from scperteval.runinfo import Timer, start_dataset_checksum, write_atomic, write_run_json
@@ -121,6 +126,7 @@ def calibrate(
     executor: Any = None,
     thresholds: Thresholds | None = None,
     sample_cells: int = DEFAULT_SAMPLE_CELLS,
+    max_population_cells: int | str | None = DEFAULT_MAX_POPULATION_CELLS,
     device: str | None = None,
     precision: str = "float64",
     de_tables: Any = (),
@@ -155,6 +161,11 @@ def calibrate(
         Trust thresholds (default BDS >= 0.75 and median DRF >= 0.2).
     sample_cells
         Cap on the perturbed-cell and control-cell samples.
+    max_population_cells
+        Cells each population protocol (energy distance, MMD, Sinkhorn) uses of each
+        population at most (default 2000), drawn by a rule seeded by ``seed`` and the
+        population's names (see :mod:`~scperteval.engine.population_cap`); ``None``
+        or ``"all"`` uses every cell. Smaller populations are used whole.
     device
         Where energy distance, MMD and Sinkhorn are computed: ``None`` (default) with
         NumPy, the reference; ``"cpu"`` or ``"cuda"`` (``"cuda:N"``) with torch
@@ -194,6 +205,7 @@ def calibrate(
         precision=precision,
         de_method=de_method,
     )
+    cap = check_max_population_cells(max_population_cells)
     chosen = resolve_protocols(protocols)
     with timer.step("load"):
         dataset = load_dataset(data, **dataset_options)
@@ -209,6 +221,7 @@ def calibrate(
         device=device,
         precision=precision,
         de_tables=de_tables,
+        max_population_cells=cap,
     )
     results = run_protocol_tasks(
         engine, chosen, timer, workers=workers, executor=executor, progress=progress
@@ -232,6 +245,7 @@ def calibrate(
             "de_method": de_method,
             "workers": workers,
             "sample_cells": sample_cells,
+            "max_population_cells": NO_CAP if cap is None else cap,
             "pair_backend": engine.pairs.name,
             "thresholds": thresholds.as_dict(),
         }

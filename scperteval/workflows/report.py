@@ -3,7 +3,8 @@
 Runs on the **same dataset** (same input checksum and the same reading options
 that select cells: subset, perturbation, control and covariate columns, layer,
 ``min_cells``, normalisation) merge into one leaderboard:
-they must share the seed, truth mode and DE method; a model may appear in
+they must share the seed, truth mode, DE method and control mode (measured or
+predicted control); a model may appear in
 several runs when they scored different protocols (adding a protocol to an old
 leaderboard means scoring only that protocol and merging), and any value two
 runs both hold must agree. Runs on **different datasets** are each re-derived
@@ -31,7 +32,9 @@ from scperteval.scoring.trust import MIN_PERTURBATIONS
 
 __all__ = ["report"]
 
-MERGE_KEYS = ("seed", "truth", "de_method")
+MERGE_KEYS = ("seed", "truth", "de_method", "control")
+#: The value of a merge key in a run recorded before the key existed.
+MERGE_DEFAULTS = {"control": "measured"}
 # Reading options that change which cells or values a run scored (not how it read them).
 IDENTITY_OPTIONS = (
     "perturbation_key",
@@ -154,10 +157,12 @@ def _merged(runs: Sequence[Run], paths: Sequence[Path], settings: dict[str, Any]
     first = runs[0][2]
     for path, (_, _, options) in zip(paths[1:], runs[1:], strict=True):
         for key in MERGE_KEYS:
-            if options.get(key) != first.get(key):
+            theirs = options.get(key, MERGE_DEFAULTS.get(key))
+            ours = first.get(key, MERGE_DEFAULTS.get(key))
+            if theirs != ours:
                 raise DatasetError(
                     f"cannot merge {path} with {paths[0]}: different {key} "
-                    f"({options.get(key)!r} vs {first.get(key)!r})"
+                    f"({theirs!r} vs {ours!r})"
                 )
     results, protocols = _merge([r[0] for r in runs], [r[1] for r in runs], paths)
     thresholds = settings["thresholds"] or Thresholds(**first.get("thresholds", {}))

@@ -11,16 +11,21 @@ from scperteval.data.load import DatasetOptions, load_dataset
 from scperteval.engine.calibrators import Thresholds
 from scperteval.engine.dispatch import CONTROLS, Candidate
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS, Engine
+from scperteval.engine.population_cap import (
+    DEFAULT_MAX_POPULATION_CELLS,
+    check_max_population_cells,
+)
 from scperteval.engine.suites import resolve_protocols
 from scperteval.errors import DatasetError, SpecError
 from scperteval.outputs import staged_output
 from scperteval.runinfo import Timer, start_dataset_checksum
-from scperteval.scoring.baselines import BASELINES, baseline_candidates
+from scperteval.scoring.baselines import BASELINES, CELL_EVAL_MEAN, baseline_candidates
 from scperteval.scoring.derive import derive
 from scperteval.scoring.flags import prediction_flags
-from scperteval.scoring.predictions import Prediction, load_predictions
+from scperteval.scoring.predictions import CONTROL_MODES, Prediction, load_predictions
 from scperteval.scoring.result import ScoreResult
 from scperteval.scoring.trust import MIN_PERTURBATIONS
+from scperteval.scoring.vcc import has_challenge_terms
 from scperteval.workflows.steps import (
     build_engine,
     check_calibratable,
@@ -46,6 +51,7 @@ def score(
     baselines: Sequence[str] | bool = True,
     allow_missing: bool = False,
     deltas: Collection[str] = (),
+    control: str = "measured",
     aggregate: str = "median",
     thresholds: Thresholds | None = None,
     correction: str = "bonferroni",
@@ -53,6 +59,7 @@ def score(
     workers: int | None = None,
     executor: Any = None,
     sample_cells: int = DEFAULT_SAMPLE_CELLS,
+    max_population_cells: int | str | None = DEFAULT_MAX_POPULATION_CELLS,
     device: str | None = None,
     precision: str = "float64",
     de_tables: Any = (),
@@ -85,13 +92,28 @@ def score(
         ``half``: score against the truth half and calibrate (default);
         ``all``: plain, uncalibrated scores against all truth cells.
     baselines
-        ``True`` for every built-in baseline, ``False`` for none, or names.
+        ``True`` for every built-in baseline, ``False`` for none, or names. With
+        ``truth="all"`` and the three terms of the Virtual Cell Challenge among the
+        protocols, ``True`` adds ``cell_eval_mean``, the baseline of the
+        leaderboard's ``vcc_score`` column (see :mod:`scperteval.scoring.vcc`); it
+        may be named only with ``truth="all"``.
     allow_missing
         Score models that miss perturbations (NaN there; coverage reported).
     deltas
         Names of the models that predict changes from the control mean rather than
         expression: the measured control mean of each perturbation's covariate
         group is added back before scoring (CLI: ``--delta NAME``).
+    control
+        Where the models' deltas against the control are taken. ``measured``
+        (default): the measured control cells, for every candidate alike.
+        ``predicted``: each model's own predicted control cells (the rows labelled
+        with the control label, per covariate group), for its deltas, its DE and
+        its energy distances against the control, as cell-eval does with the
+        control cells of a prediction file (CLI: ``--control-from-predictions``).
+        It reproduces cell-eval's values, but a model then moves its own reference;
+        baselines keep the measured control. Needs ``truth="all"`` (the controls
+        that calibrate a score take their deltas against the measured control) and
+        predicted control cells in every covariate group a model predicts.
     aggregate
         ``median`` (default, robust to the unbounded calibrated scores of a
         perturbation whose controls are close) or ``mean`` over perturbations.
@@ -109,6 +131,10 @@ def score(
         results (see :doc:`/distributed`).
     sample_cells
         Cap on the cell samples used as controls.
+    max_population_cells
+        Cells each population protocol uses of each population (truth, controls,
+        every model's predicted cells) at most, default 2000, by the seeded rule of
+        :mod:`~scperteval.engine.population_cap`; ``None`` or ``"all"``: every cell.
     device
         Where energy distance, MMD and Sinkhorn are computed: ``None`` (default) with
         NumPy, the reference; ``"cpu"`` or ``"cuda"`` (``"cuda:N"``) with torch
@@ -143,6 +169,14 @@ def score(
     thresholds = thresholds or Thresholds()
     if truth not in TRUTH_MODES:
         raise SpecError(f"truth must be 'half' or 'all', got {truth!r}")
+    if control not in CONTROL_MODES:
+        raise SpecError(f"control must be 'measured' or 'predicted', got {control!r}")
+    if control == "predicted" and truth != "all":
+        raise SpecError(
+            "deltas against the predicted control (--control-from-predictions) need "
+            "--truth all: a calibrated score sets a model between controls whose deltas "
+            "are taken against the measured control"
+        )
     if isinstance(min_perturbations, bool) or not isinstance(min_perturbations, int):
         raise SpecError(f"min_perturbations must be a whole number, got {min_perturbations!r}")
     if min_perturbations < 1:
@@ -155,10 +189,11 @@ def score(
         precision=precision,
         de_method=de_method,
     )
+    cap = check_max_population_cells(max_population_cells)
     if isinstance(predictions, Mapping) and not predictions:
         raise SpecError("give at least one model to score (predictions={'name': ...})")
     chosen = resolve_protocols(protocols)
-    baseline_names = _baseline_names(baselines)
+    baseline_names = _baseline_names(baselines, truth, has_challenge_terms(chosen))
     with timer.step("load"):
         dataset = load_dataset(data, **dataset_options)
     if truth == "half":
@@ -173,10 +208,16 @@ def score(
         device=device,
         precision=precision,
         de_tables=de_tables,
+        max_population_cells=cap,
     )
     with timer.step("predictions"):
         models = load_predictions(
-            predictions, dataset, engine.context.layout, allow_missing, deltas=deltas
+            predictions,
+            dataset,
+            engine.context.layout,
+            allow_missing,
+            deltas=deltas,
+            control=control,
         )
     candidates = _candidates(engine, truth, models, baseline_names)
     results = run_protocol_tasks(
@@ -209,6 +250,7 @@ def score(
         "input_checksum": checksum(),
         "seed": seed,
         "truth": truth,
+        "control": control,
         "aggregate": aggregate,
         "correction": correction,
         "min_perturbations": min_perturbations,
@@ -230,13 +272,23 @@ def score(
     return result
 
 
-def _baseline_names(baselines: Sequence[str] | bool) -> tuple[str, ...]:
+def _baseline_names(
+    baselines: Sequence[str] | bool, truth: str = "half", challenge: bool = False
+) -> tuple[str, ...]:
     if isinstance(baselines, bool):
-        return BASELINES if baselines else ()
+        if not baselines:
+            return ()
+        return BASELINES + ((CELL_EVAL_MEAN,) if truth == "all" and challenge else ())
     names = tuple(baselines)
-    unknown = sorted(set(names) - set(BASELINES))
+    valid = (*BASELINES, CELL_EVAL_MEAN)
+    unknown = sorted(set(names) - set(valid))
     if unknown:
-        raise SpecError(f"unknown baseline(s) {unknown}; valid: {', '.join(BASELINES)}")
+        raise SpecError(f"unknown baseline(s) {unknown}; valid: {', '.join(valid)}")
+    if CELL_EVAL_MEAN in names and truth != "all":
+        raise SpecError(
+            f"baseline {CELL_EVAL_MEAN!r} is built from every cell, the truth's included: "
+            "it is scored only with truth='all'"
+        )
     return names
 
 
@@ -244,7 +296,7 @@ def _candidates(
     engine: Engine, truth: str, models: Sequence[Prediction], baseline_names: tuple[str, ...]
 ) -> list[Candidate]:
     """The controls (calibrated runs only), then the models, then the baselines."""
-    clash = sorted({m.name for m in models} & set(BASELINES))
+    clash = sorted({m.name for m in models} & {*BASELINES, CELL_EVAL_MEAN})
     if clash:
         raise DatasetError(f"model name(s) {clash} clash with built-in baselines; rename them")
     candidates: list[Candidate] = list(CONTROLS) if truth == "half" else []

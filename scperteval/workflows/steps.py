@@ -28,6 +28,7 @@ from scperteval.engine.dispatch import (
 from scperteval.engine.engine import Engine
 from scperteval.engine.failures import failure_record
 from scperteval.engine.pairs import check_device
+from scperteval.engine.population_cap import DEFAULT_MAX_POPULATION_CELLS, subsampled_summary
 from scperteval.engine.protocol import Protocol
 from scperteval.errors import DatasetError, SpecError
 from scperteval.outputs import check_output_folder
@@ -93,19 +94,33 @@ def check_run_options(
     return resolve_workers(workers)
 
 
+#: Fewest genes a calibrated run accepts.
+MIN_CALIBRATION_GENES = 10
+
+
 def check_calibratable(dataset: Dataset) -> None:
-    """Refuse data whose protocols cannot be calibrated: one perturbation in a group.
+    """Refuse data whose protocols cannot be calibrated: too few genes or perturbations.
 
     The negative controls of a perturbation are built from the *other*
     perturbations of its covariate group (the leave-one-out dataset mean, the
-    perturbed-cell sample), so each group needs at least two.
+    perturbed-cell sample), so each group needs at least two. Below
+    :data:`MIN_CALIBRATION_GENES` genes, correlations and rankings across genes
+    rest on a handful of values and every gene selection (``top_k``, ``heg``,
+    ``pca``) is the same few genes, so agreement between the controls would say
+    nothing about a metric.
 
     Raises
     ------
     DatasetError
-        Naming the group.
+        Naming the number of genes, or the group.
 
     """
+    if dataset.n_genes < MIN_CALIBRATION_GENES:
+        raise DatasetError(
+            f"the data has {dataset.n_genes} gene(s); calibration needs at least "
+            f"{MIN_CALIBRATION_GENES} (a response measured on fewer genes cannot tell "
+            "the metrics apart)"
+        )
     for covariate in dataset.covariates:
         n = len(dataset.perturbations(covariate))
         if n < 2:
@@ -126,6 +141,7 @@ def build_engine(
     device: str | None,
     precision: str,
     de_tables: Sequence[Any] = (),
+    max_population_cells: int | None = DEFAULT_MAX_POPULATION_CELLS,
 ) -> Engine:
     """The engine of a run: the dataset's derived data and the run's settings.
 
@@ -142,6 +158,9 @@ def build_engine(
     de_tables
         Precomputed DE tables to read instead of computing that DE (see
         :func:`~scperteval.stats.de_tables.read_de_table`); checked against the data here.
+    max_population_cells
+        Cells a population protocol uses of each population at most (``None``: all;
+        see :mod:`~scperteval.engine.population_cap`).
 
     Returns
     -------
@@ -158,7 +177,12 @@ def build_engine(
             )
         )
     return Engine(
-        context, truth=truth, sample_cells=sample_cells, device=device, precision=precision
+        context,
+        truth=truth,
+        sample_cells=sample_cells,
+        device=device,
+        precision=precision,
+        max_population_cells=max_population_cells,
     )
 
 
@@ -217,7 +241,7 @@ def protocol_table(protocols: Sequence[Protocol]) -> pd.DataFrame:
 
 
 def run_summary(engine: Engine, results: pd.DataFrame) -> dict[str, Any]:
-    """What ``run.json`` records about the data, the DE tables read and the failures."""
+    """What ``run.json`` records about the data, the DE tables read, the failures and the cap."""
     dataset = engine.context.dataset
     return {
         "input": dataset.source,
@@ -232,4 +256,7 @@ def run_summary(engine: Engine, results: pd.DataFrame) -> dict[str, Any]:
             for c, n in dataset.dropped
         ],
         "de_tables": engine.context.de_tables,
+        "population_cap": subsampled_summary(
+            engine.max_population_cells, engine.subsampled_populations
+        ),
     }

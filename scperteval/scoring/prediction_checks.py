@@ -1,0 +1,149 @@
+"""Checks that a prediction is on the truth's scale: value ranges and total expression.
+
+Values must be log-normalised expression (or, for a model declared to predict
+changes from the control, changes of it): non-finite values and count or
+``expm1`` scales are refused, and each row's total expression is compared with
+the control cells' total of its covariate group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from scperteval.data.dataset import RAW_COUNT_MAX, Dataset
+from scperteval.errors import DatasetError
+
+__all__ = ["TOTAL_RATIO_WARNING", "check_scale", "check_totals", "control_totals"]
+
+#: A prediction whose mean total expression per row is this many times the control
+#: cells' (or less than its inverse) is probably on another scale: it is scored with a
+#: warning, or refused as undeclared changes from the control when it has negative values.
+TOTAL_RATIO_WARNING = 3.0
+
+
+def check_scale(where: str, matrix: Any) -> None:
+    """Refuse values that cannot be log-normalised expression or changes of it.
+
+    Parameters
+    ----------
+    where
+        The prediction, for messages (``prediction 'name'``).
+    matrix
+        Its rows x the truth's genes (dense or sparse).
+
+    Raises
+    ------
+    DatasetError
+        For a non-finite value, or values beyond any log-normalised scale (raw
+        counts, an ``expm1`` or count scale).
+
+    """
+    values = np.asarray(matrix.data if sp.issparse(matrix) else matrix)
+    if values.size == 0:
+        return
+    finite = np.isfinite(values)
+    if not finite.all():
+        raise DatasetError(
+            f"{where}: {int((~finite).sum())} non-finite predicted value(s); "
+            "predict a number for every gene"
+        )
+    low, high = float(values.min()), float(values.max())
+    largest = max(abs(low), abs(high))
+    if largest > RAW_COUNT_MAX:
+        integral = bool(np.all(values == np.round(values)))
+        scale = "raw counts" if integral else "an expm1 or count scale"
+        raise DatasetError(
+            f"{where}: values up to {largest:g} look like {scale}; predictions must be on "
+            "the truth's scale (normalize_total to 1e4, then log1p)"
+        )
+
+
+def control_totals(dataset: Dataset, layout: Any) -> dict[str, tuple[np.ndarray, float]]:
+    """Per covariate group: the control cells' mean expression and its total over genes.
+
+    Parameters
+    ----------
+    dataset
+        The truth.
+    layout
+        Its group layout (the control cells of each covariate group).
+
+    Returns
+    -------
+    dict
+        Covariate name to ``(mean over the control cells, its sum over genes)``.
+
+    """
+    totals = {}
+    for index, covariate in enumerate(layout.covariates):
+        rows = dataset.rows(layout.control_positions(index))
+        mean = np.asarray(rows.mean(axis=0, dtype=np.float64)).ravel()
+        totals[covariate] = (mean, float(mean.sum()))
+    return totals
+
+
+def check_totals(
+    model: Any,
+    covariates: np.ndarray,
+    controls: dict[str, tuple[np.ndarray, float]],
+    notes: list[str],
+) -> None:
+    """Compare the prediction's total expression per row with the control cells' total.
+
+    An undeclared delta (negative values, totals near 0 where the controls' are not)
+    is refused; negative values otherwise, and totals far from the controls', are
+    scored with a note.
+
+    Parameters
+    ----------
+    model
+        The aligned :class:`~scperteval.scoring.predictions.Prediction`.
+    covariates
+        The covariate of each of its rows.
+    controls
+        :func:`control_totals` of the truth.
+    notes
+        Where the notes are appended.
+
+    Raises
+    ------
+    DatasetError
+        For negative values with a total expression far below the controls' in a
+        model not declared to predict changes.
+
+    """
+    where = f"prediction {model.name!r}"
+    used = np.concatenate(list(model.rows.values())) if model.rows else np.zeros(0, np.int64)
+    if used.size == 0:
+        return
+    matrix = model.matrix[used]
+    row_totals = np.asarray(matrix.sum(axis=1)).ravel()
+    expected = np.array([controls[c][1] for c in covariates[used]])
+    if model.delta:
+        row_totals = row_totals + expected
+    values = matrix.data if sp.issparse(matrix) else np.asarray(matrix)
+    n_negative = int((values < 0).sum())
+    ratio = float(row_totals.mean() / expected.mean()) if expected.mean() > 0 else 1.0
+    declare = f"(CLI: --delta {model.name}; Python: deltas=[{model.name!r}])"
+    if n_negative and not model.delta:
+        low = float(values.min())
+        if ratio < 1 / TOTAL_RATIO_WARNING:
+            raise DatasetError(
+                f"{where}: {n_negative} negative value(s) (minimum {low:g}) and a total "
+                f"expression {ratio:.3g} times the control cells' look like changes from the "
+                f"control; if the model predicts changes, declare it {declare}"
+            )
+        notes.append(
+            f"{where}: {n_negative} negative value(s) (minimum {low:g}), impossible for "
+            f"log-normalised expression, are scored as given; a model predicting changes "
+            f"from the control is declared {declare}"
+        )
+    if ratio > TOTAL_RATIO_WARNING or ratio < 1 / TOTAL_RATIO_WARNING:
+        notes.append(
+            f"{where}: mean total expression {row_totals.mean():.4g} is {ratio:.3g} times "
+            f"the control cells' {expected.mean():.4g}; check that it is on the truth's "
+            "scale (and its genes are the truth's)"
+        )
