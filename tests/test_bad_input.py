@@ -101,6 +101,8 @@ def bad_files(small_path) -> Path:
         ("nsig_side", "cell_eval_nsig_count(side='both')"),
         ("clustering_score", "cell_eval_clustering_agreement(score='f1')"),
         ("clustering_grid", "cell_eval_clustering_agreement(resolutions=())"),
+        ("sinkhorn_tol", "sinkhorn(tol=-1.0)"),
+        ("sinkhorn_max_iter", "sinkhorn(max_iter=0)"),
     ):
         (folder / f"{name}.toml").write_text(
             f'[[protocol]]\nname = "{name}"\nmetric = "{metric}"\n'
@@ -558,6 +560,16 @@ CASES: list[tuple[str, list[str], str]] = [
             "{out}",
         ],
         r"embedding 'X_umap'",
+    ),
+    (
+        "Sinkhorn with a negative tolerance",
+        ["calibrate", "{data}", "-p", "{bad}/sinkhorn_tol.toml", "--out", "{out}"],
+        r"tol must be None or a positive finite number, got -1\.0",
+    ),
+    (
+        "Sinkhorn with no iterations allowed",
+        ["calibrate", "{data}", "-p", "{bad}/sinkhorn_max_iter.toml", "--out", "{out}"],
+        r"max_iter must be a positive integer, got 0",
     ),
     (
         "cell-eval overlap with k below 1",

@@ -20,6 +20,7 @@ import numpy as np
 
 from scperteval.distances._base import DISTANCES, Distance, Group
 from scperteval.errors import DatasetError
+from scperteval.kernels.sinkhorn_loop import DEFAULT_MAX_ITER, check_stopping
 from scperteval.metrics.population import (
     SQRT,
     pair_sums,
@@ -271,7 +272,13 @@ class MeanPairwise(EnergyDistance):
 class Wasserstein(Distance):
     """Debiased Sinkhorn estimate of the 2-Wasserstein distance (see :func:`sinkhorn`)."""
 
-    def __init__(self, blur: float, scaling: float) -> None:
+    def __init__(
+        self,
+        blur: float,
+        scaling: float,
+        tol: float | None = None,
+        max_iter: int = DEFAULT_MAX_ITER,
+    ) -> None:
         self.name = "wasserstein"
         self.blur = float(blur)
         self.scaling = float(scaling)
@@ -279,11 +286,21 @@ class Wasserstein(Distance):
             raise ValueError(f"blur must be positive, got {blur!r}")
         if not 0 < self.scaling < 1:
             raise ValueError(f"scaling must lie in (0, 1), got {scaling!r}")
+        check_stopping(tol, max_iter)
+        self.tol = tol
+        self.max_iter = int(max_iter)
 
     def between(self, x: Group, y: Group) -> float:
         """``sqrt(2 S_eps)`` between the uniform measures on the two groups."""
         check_size(self, x, y)
-        return sinkhorn(x.centred, y.centred, blur=self.blur, scaling=self.scaling)
+        return sinkhorn(
+            x.centred,
+            y.centred,
+            blur=self.blur,
+            scaling=self.scaling,
+            tol=self.tol,
+            max_iter=self.max_iter,
+        )
 
 
 @DISTANCES.register(
@@ -311,6 +328,12 @@ def mean_pairwise() -> Distance:
 
 
 @DISTANCES.register("wasserstein", description="debiased Sinkhorn estimate of W2 (sqrt(2 S_eps))")
-def wasserstein(*, blur: float = 0.05, scaling: float = 0.9) -> Distance:
-    """Debiased Sinkhorn distance."""
-    return Wasserstein(blur=blur, scaling=scaling)
+def wasserstein(
+    *,
+    blur: float = 0.05,
+    scaling: float = 0.9,
+    tol: float | None = None,
+    max_iter: int = DEFAULT_MAX_ITER,
+) -> Distance:
+    """Debiased Sinkhorn distance (``tol``, ``max_iter``: the stopping rule of :func:`sinkhorn`)."""
+    return Wasserstein(blur=blur, scaling=scaling, tol=tol, max_iter=max_iter)

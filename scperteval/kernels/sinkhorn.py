@@ -14,6 +14,15 @@ and MMD using Sinkhorn divergences"), so that the values agree with it to roundi
   the final temperature;
 - ``S = <a, f_ba - f_aa> + <b, g_ab - g_bb>`` with uniform weights ``a``, ``b``.
 
+The annealing alone stops before the potentials have converged at the final
+temperature: on perturbation-vs-control pairs of real screens in PCA space
+(``blur = 0.05``) it leaves ``S`` up to 1% low. With a tolerance ``tol`` the
+solver therefore keeps iterating at ``eps = blur^2``
+(:func:`~scperteval.kernels.sinkhorn_loop.converge`) before the last update:
+over-relaxed alternating updates of the cross potentials, averaged updates of the
+two self potentials, until ``S`` moves by less than ``tol * eps`` per iteration
+(five in a row). ``tol=None`` is geomloss's rule (annealing only).
+
 Running it here rather than through torch keeps the default CPU path free of a
 heavy import and of per-operation dispatch overhead: each soft-C-transform is one
 compiled pass over its cost matrix that fuses the scaling, the exponential (the
@@ -28,8 +37,14 @@ import numba
 import numpy as np
 
 from scperteval.kernels.rbf import _powers_of_two, _products_sum, _reduced_exponentials
+from scperteval.kernels.sinkhorn_loop import (
+    DEFAULT_MAX_ITER,
+    converge,
+    solve,
+    temperature_schedule,
+)
 
-__all__ = ["debiased_sinkhorn", "temperature_schedule"]
+__all__ = ["converge", "debiased_sinkhorn", "solve", "temperature_schedule"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -68,31 +83,15 @@ def _half_squared_distances(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return cost
 
 
-def temperature_schedule(diameter: float, blur: float, scaling: float) -> list[float]:
-    """Temperatures ``eps`` of the annealing, from ``diameter^2`` down to ``blur^2``.
-
-    Parameters
-    ----------
-    diameter
-        Upper bound of the distances between the points (positive).
-    blur
-        Final blur; the last temperature is ``blur^2``.
-    scaling
-        Ratio of successive blurs, in (0, 1).
-
-    Returns
-    -------
-    list of float
-        ``diameter^2``, then ``exp(e)`` for ``e`` from ``2 log(diameter)`` down to
-        (excluded) ``2 log(blur)`` in steps of ``2 log(scaling)``, then ``blur^2``.
-
-    """
-    steps = np.arange(2.0 * np.log(diameter), 2.0 * np.log(blur), 2.0 * np.log(scaling))
-    return [diameter**2] + [float(np.exp(e)) for e in steps] + [blur**2]
-
-
 def debiased_sinkhorn(
-    x: np.ndarray, y: np.ndarray, blur: float, scaling: float, diameter: float | None = None
+    x: np.ndarray,
+    y: np.ndarray,
+    blur: float,
+    scaling: float,
+    diameter: float | None = None,
+    *,
+    tol: float | None = None,
+    max_iter: int = DEFAULT_MAX_ITER,
 ) -> float:
     """Debiased Sinkhorn divergence ``S_eps`` between uniform measures on two clouds.
 
@@ -108,6 +107,12 @@ def debiased_sinkhorn(
     diameter
         Length of the diagonal of the pooled clouds' bounding box, where the caller
         has it already; computed when omitted.
+    tol
+        Iterate at ``eps = blur^2`` after the annealing until ``S`` changes by less
+        than ``tol * eps`` per iteration (see :func:`converge`); ``None`` stops at
+        the end of the annealing, as geomloss does.
+    max_iter
+        Cap on the iterations at ``eps = blur^2``.
 
     Returns
     -------
@@ -123,35 +128,15 @@ def debiased_sinkhorn(
         high = np.maximum(x.max(axis=0), y.max(axis=0))
         diameter = float(np.linalg.norm(high - low))
     temperatures = temperature_schedule(diameter, blur, scaling)
-
-    cost_xy = _half_squared_distances(x, y)
-    # Expanded on its own, not transposed, as geomloss does: rounding then agrees.
-    cost_yx = _half_squared_distances(y, x)
-    cost_xx = _half_squared_distances(x, x)
-    cost_yy = _half_squared_distances(y, y)
-    log_a = np.full(x.shape[0], math.log(1.0 / x.shape[0]))
-    log_b = np.full(y.shape[0], math.log(1.0 / y.shape[0]))
-
-    eps = temperatures[0]
-    g_ab = _softmin(cost_yx, log_a, eps)
-    f_ba = _softmin(cost_xy, log_b, eps)
-    f_aa = _softmin(cost_xx, log_a, eps)
-    g_bb = _softmin(cost_yy, log_b, eps)
-    for eps in temperatures:
-        f_ba_next = _softmin(cost_xy, log_b + g_ab / eps, eps)
-        g_ab_next = _softmin(cost_yx, log_a + f_ba / eps, eps)
-        f_aa_next = _softmin(cost_xx, log_a + f_aa / eps, eps)
-        g_bb_next = _softmin(cost_yy, log_b + g_bb / eps, eps)
-        f_ba = 0.5 * (f_ba + f_ba_next)
-        g_ab = 0.5 * (g_ab + g_ab_next)
-        f_aa = 0.5 * (f_aa + f_aa_next)
-        g_bb = 0.5 * (g_bb + g_bb_next)
-    # The last update is not averaged: it extrapolates the potentials to the final
-    # temperature, the two cross potentials from each other's previous values.
-    f_ba, g_ab = (
-        _softmin(cost_xy, log_b + g_ab / eps, eps),
-        _softmin(cost_yx, log_a + f_ba / eps, eps),
+    # C_yx is expanded on its own, not transposed, as geomloss does: rounding then agrees.
+    costs = (
+        _half_squared_distances(x, y),
+        _half_squared_distances(y, x),
+        _half_squared_distances(x, x),
+        _half_squared_distances(y, y),
     )
-    f_aa = _softmin(cost_xx, log_a + f_aa / eps, eps)
-    g_bb = _softmin(cost_yy, log_b + g_bb / eps, eps)
-    return float(np.mean(f_ba - f_aa) + np.mean(g_ab - g_bb))
+    log_weights = (
+        np.full(x.shape[0], math.log(1.0 / x.shape[0])),
+        np.full(y.shape[0], math.log(1.0 / y.shape[0])),
+    )
+    return solve(_softmin, costs, log_weights, temperatures, tol, max_iter)
