@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
 
 __all__ = ["MALLOC_ARENAS", "limit_malloc_arenas"]
@@ -44,8 +45,6 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
         choice is kept).
 
     """
-    import os
-
     if not sys.platform.startswith("linux") or "MALLOC_ARENA_MAX" in os.environ:
         return False
     name = ctypes.util.find_library("c")

@@ -65,28 +65,23 @@ class SampleRows:
 def _column_means(sample: Any) -> np.ndarray:
     n_cells, n_genes = sample.shape
     if isinstance(sample, SampleRows):
-        totals = np.zeros(n_genes)
         rows = _dense_block_rows(n_genes)
-        for start in range(0, n_cells, rows):
-            block = sample[start : start + rows]
-            if sp.issparse(block):
-                block = block.tocsr()
-                totals += np.bincount(block.indices, weights=block.data, minlength=n_genes)
-            else:
-                totals += np.asarray(block, dtype=np.float64).sum(axis=0)
-        return totals / n_cells
-    if sp.issparse(sample):
-        # Summed in float64 (scipy accumulates in the matrix's own dtype otherwise),
-        # converting one block of rows at a time rather than the whole sample.
+    elif sp.issparse(sample):
         sample = sample.tocsr()
-        average_row_bytes = 8 * max(1, sample.nnz // max(1, n_cells))
-        rows = max(1, BLOCK_BYTES // average_row_bytes)
-        totals = np.zeros(n_genes)
-        for start in range(0, n_cells, rows):
-            block = sample[start : start + rows]
+        rows = max(1, BLOCK_BYTES // (8 * max(1, sample.nnz // max(1, n_cells))))
+    else:
+        return np.asarray(sample, dtype=np.float64).mean(axis=0)
+    # Summed in float64 (scipy accumulates in the matrix's own dtype otherwise), one
+    # block of rows at a time rather than the whole sample.
+    totals = np.zeros(n_genes)
+    for start in range(0, n_cells, rows):
+        block = sample[start : start + rows]
+        if sp.issparse(block):
+            block = block.tocsr()
             totals += np.bincount(block.indices, weights=block.data, minlength=n_genes)
-        return totals / n_cells
-    return np.asarray(sample, dtype=np.float64).mean(axis=0)
+        else:
+            totals += np.asarray(block, dtype=np.float64).sum(axis=0)
+    return totals / n_cells
 
 
 def _dense_block_rows(n_genes: int) -> int:
