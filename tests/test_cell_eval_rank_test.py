@@ -22,7 +22,7 @@ def _groups(seed: int, float32: bool) -> tuple[np.ndarray, np.ndarray]:
     target[:3, 3] = -2.5
     if float32:
         return reference.astype(np.float32).astype(float), target.astype(np.float32).astype(float)
-    # Values float32 cannot hold exactly take the other search.
+    # Values float32 cannot hold exactly: the counts compare float64 values.
     return reference + 1e-12, target + 1e-12
 
 
@@ -57,3 +57,18 @@ def test_gene_count_must_match() -> None:
     test = ReferenceRankTest(np.zeros((5, 3)))
     with pytest.raises(ValueError, match="4 genes, reference 3"):
         test.test(np.zeros((2, 4)))
+
+
+def test_sparse_target_with_stored_zeros_and_negatives() -> None:
+    rng = np.random.default_rng(3)
+    reference = np.round(rng.normal(0.0, 1.0, (40, 6)) * (rng.random((40, 6)) < 0.5), 1)
+    target = np.round(rng.normal(0.3, 1.0, (25, 6)) * (rng.random((25, 6)) < 0.5), 1)
+    stored = sp.csr_matrix(target)
+    # Explicit zeros and -0.0 among the stored values count as zeros.
+    stored.data[::5] = 0.0
+    stored.data[1::7] = -0.0
+    dense = stored.toarray()
+    z, p = ReferenceRankTest(reference).test(stored)
+    z_pooled, p_pooled = mann_whitney(dense, reference)
+    np.testing.assert_allclose(z, z_pooled, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(p, p_pooled, rtol=1e-12, atol=1e-15)
