@@ -46,3 +46,23 @@ def test_values_are_bit_identical_for_any_worker_count_and_run():
     assert np.isfinite(first).mean() > 0.9
     for table in tables[1:]:
         np.testing.assert_array_equal(table["value"].to_numpy(), first)
+
+
+def test_a_pool_fits_each_shared_space_once_per_covariate_group(monkeypatch):
+    import scperteval
+    from scperteval.engine import pca, spaces
+
+    fits = []
+
+    def counted(sample, k):
+        fits.append(sample.shape)
+        return pca.principal_axes(sample, k)
+
+    monkeypatch.setattr(spaces, "principal_axes", counted)
+    adata = scperteval.simulate(
+        n_perturbations=6, n_genes=60, cells_per_perturbation=30, n_covariates=2, seed=3
+    )
+    # Protocols on the PCA space mixed with others: the fit runs as a pool task.
+    protocols = "energy_pca,pearson_delta_ctrl,rank_pca,mse,mmd_pca"
+    scperteval.calibrate(adata, protocols, covariate_key="cell_line", workers=3)
+    assert len(fits) == 2

@@ -212,7 +212,7 @@ def _energy_to_control(reference: _Control, cells: Any, space: FeatureMap) -> fl
     if points.shape[0] < 1:
         raise DegenerateInput("no cells to compare with the control")
     control = reference.memo(
-        f"control_cloud {tuple(map(str, space.names))}",
+        f"control_cloud {space.feature_names}",
         lambda: _ControlCloud(space.matrix(reference.cells())),
     )
     points -= control.centre
@@ -285,6 +285,6 @@ def control_view(
 
         if cache_key is None:
             return distance()
-        key = ("control_edistance", cache_key, condition, tuple(map(str, space.names)))
+        key = ("control_edistance", cache_key, condition, space.feature_names)
         return engine.memo(key, distance)
     raise ValueError(f"not a control representation: {representation!r}")

@@ -156,10 +156,13 @@ def _run_protocols(
 ) -> pd.DataFrame:
     layout = engine.context.layout
     plan_population(engine, protocols)
-    if not is_dask_client(executor):
+    owned = executor is None and workers > 1
+    pool = cf.ThreadPoolExecutor(max_workers=workers) if owned else executor
+    if pool is None:
         fit_shared_spaces(engine, protocols)
     tasks: list[tuple[Callable[..., list[dict[str, Any]]], tuple[Any, ...]]] = []
-    for protocol in protocols:
+    # Tasks that need no shared space run first, beside the fits of those spaces.
+    for protocol in sorted(protocols, key=lambda p: not space_is_per_condition(p.space)):
         if protocol.scope == "dataset":
             for covariate in range(len(layout.covariates)):
                 tasks.append((_dataset_task, (protocol, covariate)))
@@ -170,13 +173,12 @@ def _run_protocols(
     if is_dask_client(executor):
         from scperteval.engine.distributed import cluster_session
 
+        fit_shared_spaces(engine, protocols)
         for finished in cluster_session(executor, engine).run(engine, tasks, candidates):
             rows.extend(finished)
             if progress is not None:
                 progress(1)
         return _sorted_table(engine, rows)
-    owned = executor is None and workers > 1
-    pool = cf.ThreadPoolExecutor(max_workers=workers) if owned else executor
     futures: list[cf.Future[list[dict[str, Any]]]] = []
     warm: list[cf.Future[None]] = []
     try:
@@ -186,9 +188,15 @@ def _run_protocols(
                 if progress is not None:
                     progress(1)
         else:
-            # Submitted first, so that the per-perturbation views of dataset-scope
-            # protocols against the control are computed in parallel, not in one task.
+            # The shared spaces' fits (a PCA) are submitted first and run beside the
+            # tasks that do not need them; the tasks that do wait for the fit.
             warm = [
+                pool.submit(_fit_task, engine, space, condition)
+                for space, condition in _shared_space_fits(engine, protocols)
+            ]
+            # Then the per-perturbation views of dataset-scope protocols against the
+            # control, so that they are computed in parallel, not in one task.
+            warm += [
                 pool.submit(_warm_task, engine, protocol, condition, candidates)
                 for protocol, condition in _warm_ups(engine, protocols)
             ]
@@ -220,24 +228,44 @@ def _run_protocols(
 def fit_shared_spaces(engine: Engine, protocols: Sequence[Protocol]) -> None:
     """Fit every space shared by a covariate group's perturbations (PCA) before the tasks.
 
-    Fitted here, one after the other in the calling thread, each fit's linear algebra
-    runs with the BLAS threads it would have alone; fitted inside concurrent tasks, the
-    BLAS library splits the work by how many calls are running at that moment, and the
-    last bits of the axes would depend on the number of workers and on timing.
+    The fit's values do not depend on where it runs: the run holds BLAS to one thread
+    and the fit's own parallel sums use fixed tiles
+    (:func:`~scperteval.engine.pca.principal_axes`). A run on a local pool submits
+    the fits as its first tasks instead, so that they overlap with the tasks that
+    do not need them.
+
+    Parameters
+    ----------
+    engine
+        Shared data of the dataset.
+    protocols
+        The run's protocols.
+
     """
+    for space, condition in _shared_space_fits(engine, protocols):
+        _fit_task(engine, space, condition)
+
+
+def _shared_space_fits(engine: Engine, protocols: Sequence[Protocol]) -> list[tuple[str, int]]:
+    """(space, condition) pairs that fit each shared space once per covariate group."""
     layout = engine.context.layout
     first_of_group: dict[int, int] = {}
     for condition in range(layout.n_conditions):
         first_of_group.setdefault(int(layout.condition_covariate[condition]), condition)
-    for space in sorted({p.space for p in protocols}):
-        if space_is_per_condition(space):
-            continue
-        for condition in first_of_group.values():
-            try:
-                resolve_space(engine, space, condition)
-            except DegenerateInput:
-                # The tasks record the reason for every perturbation of the group.
-                continue
+    return [
+        (space, condition)
+        for space in sorted({p.space for p in protocols})
+        if not space_is_per_condition(space)
+        for condition in first_of_group.values()
+    ]
+
+
+def _fit_task(engine: Engine, space: str, condition: int) -> None:
+    try:
+        resolve_space(engine, space, condition)
+    except DegenerateInput:
+        # The tasks record the reason for every perturbation of the group.
+        return
 
 
 #: More threads than this rarely pay: tasks then wait on memory bandwidth.
@@ -479,7 +507,7 @@ def _dataset_task(
             perturbations=tuple(
                 engine.context.layout.conditions[int(k)].perturbation for k in conditions
             ),
-            features=tuple(map(str, space.names)),
+            features=space.feature_names,
             target_features=tuple(
                 space.positions_of(engine.target_genes(int(k))) for k in conditions
             ),

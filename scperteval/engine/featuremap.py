@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,11 @@ class FeatureMap:
     def is_selection(self) -> bool:
         """Whether the space selects genes (rather than projecting them)."""
         return self.genes is not None
+
+    @cached_property
+    def feature_names(self) -> tuple[str, ...]:
+        """The feature names as strings, built once per space (metric contexts share it)."""
+        return tuple(map(str, self.names))
 
     @property
     def size(self) -> int:

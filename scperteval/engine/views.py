@@ -147,7 +147,7 @@ def metric_context(
     return PerturbationContext(
         perturbation=target.perturbation,
         covariate=target.covariate,
-        features=tuple(map(str, space.names)),
+        features=space.feature_names,
         weights=weights,
         target_features=space.positions_of(engine.target_genes(condition)),
         seed=engine.seed,

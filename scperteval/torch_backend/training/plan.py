@@ -198,7 +198,7 @@ def _dataset_task(engine: Engine, protocol: Protocol) -> DatasetTask:
             ctx = DatasetContext(
                 covariate=engine.covariates[covariate],
                 perturbations=tuple(layout.conditions[int(k)].perturbation for k in conditions),
-                features=tuple(map(str, space.names)),
+                features=space.feature_names,
                 target_features=tuple(
                     space.positions_of(engine.target_genes(int(k))) for k in conditions
                 ),
