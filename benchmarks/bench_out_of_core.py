@@ -4,10 +4,13 @@
 Generates once (into ``--workdir``, reused afterwards) a synthetic screen of
 ``--cells`` cells x ``--genes`` genes x ``--perts`` perturbations, written to the
 ``.h5ad`` file block by block so that the generator itself never holds the
-matrix, then runs ``scperteval calibrate FILE -p <centroid+de protocols>
---backed`` in a fresh subprocess under ``/usr/bin/time -v`` and reports wall
-time, peak resident memory and the size the expression matrix would have in
-memory (CSR float32, dense float32, dense float64).
+matrix, then runs ``scperteval calibrate FILE -p PROTOCOLS --backed`` in a fresh
+subprocess under ``/usr/bin/time -v`` and reports wall time, peak resident memory,
+the run's own step timings and the size the expression matrix would have in memory
+(CSR float32, dense float32, dense float64). ``--protocols`` is ``default`` (every
+protocol of the default suite, population ones included, each population capped at
+the default 2,000 cells), a group of ``bench_calibrate.py`` (``centroid+de``,
+``energy+mmd``, ``sinkhorn``) or any protocol spec.
 
 The generator follows the model of the shared ``make_dataset.py`` (negative
 binomial counts around log-normal gene means, sparse per-perturbation effects
@@ -18,9 +21,16 @@ million cells.
 
 Example
 -------
-The default size (1,000,000 cells x 2,000 genes x 1,000 perturbations)::
+The default size (1,000,000 cells x 2,000 genes x 1,000 perturbations), every
+protocol::
 
     python benchmarks/bench_out_of_core.py --workdir /work/bench_data
+
+A screen-shaped case (300,000 cells x 8,000 genes x 5,000 perturbations of about
+50 cells), centroid and DE protocols only::
+
+    python benchmarks/bench_out_of_core.py --cells 300000 --genes 8000 --perts 5000 \
+        --ctrl-cells 20000 --protocols centroid+de
 """
 
 from __future__ import annotations
@@ -181,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="generator threads")
     parser.add_argument("--generate-only", action="store_true", help="write the file and stop")
     parser.add_argument("--chunk-cells", type=int, default=None, help="passed to calibrate")
+    parser.add_argument(
+        "--protocols",
+        default="default",
+        help="default, a protocol group (centroid+de, energy+mmd, sinkhorn) or a spec",
+    )
     parser.add_argument("--timeout", type=float, default=4 * 3600.0, help="seconds for the run")
     parser.add_argument("--json", default=None, help="write the figures here")
     args = parser.parse_args(argv)
@@ -208,15 +223,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.generate_only:
         return 0
 
-    protocols = protocol_groups()["centroid+de"]
-    out = workdir / "runs" / f"{data.stem}_centroid+de"
+    protocols = protocol_groups().get(args.protocols, args.protocols)
+    named = args.protocols == "default" or args.protocols in protocol_groups()
+    label = args.protocols if named else "custom"
+    out = workdir / "runs" / f"{data.stem}_{label}"
     arguments = ["calibrate", str(data), "-p", protocols, "--backed"]
     arguments += ["--perturbation-key", "perturbation", "--out", str(out)]
     if args.chunk_cells:
         arguments += ["--chunk-cells", str(args.chunk_cells)]
     result = measure(arguments, None, args.timeout)
     print(
-        f"calibrate centroid+de --backed: {result.seconds:.1f} s wall, "
+        f"calibrate -p {label} --backed: {result.seconds:.1f} s wall, "
         f"peak RSS {result.peak_gib:.2f} GiB (exit {result.returncode})"
     )
     if result.timings:
