@@ -146,6 +146,10 @@ def run_protocols(
         return _run_protocols(engine, protocols, candidates, workers, executor, progress)
 
 
+#: A task of a run: the function and its arguments before the candidates.
+Task = tuple[Callable[..., list[dict[str, Any]]], tuple[Any, ...]]
+
+
 def _run_protocols(
     engine: Engine,
     protocols: Sequence[Protocol],
@@ -160,15 +164,25 @@ def _run_protocols(
     pool = cf.ThreadPoolExecutor(max_workers=workers) if owned else executor
     if pool is None:
         fit_shared_spaces(engine, protocols)
-    tasks: list[tuple[Callable[..., list[dict[str, Any]]], tuple[Any, ...]]] = []
-    # Tasks that need no shared space run first, beside the fits of those spaces.
-    for protocol in sorted(protocols, key=lambda p: not space_is_per_condition(p.space)):
+    ordered: list[tuple[tuple[bool, str, int, int], Task]] = []
+    for index, protocol in enumerate(protocols):
+        # Tasks that need no shared space run first, beside the fits of those spaces.
+        later = not space_is_per_condition(protocol.space)
         if protocol.scope == "dataset":
             for covariate in range(len(layout.covariates)):
-                tasks.append((_dataset_task, (protocol, covariate)))
+                key = (later, "", index, covariate)
+                ordered.append((key, (_dataset_task, (protocol, covariate))))
+        elif protocol.representation == "population":
+            # The population protocols of one space, perturbation by perturbation, so
+            # that each source's cells are mapped to the space once for all of them.
+            for condition in range(layout.n_conditions):
+                key = (later, protocol.space, condition, index)
+                ordered.append((key, (_perturbation_task, (protocol, condition))))
         else:
             for condition in range(layout.n_conditions):
-                tasks.append((_perturbation_task, (protocol, condition)))
+                key = (later, "", index, condition)
+                ordered.append((key, (_perturbation_task, (protocol, condition))))
+    tasks = [task for _, task in sorted(ordered, key=lambda item: item[0])]
     rows: list[dict[str, Any]] = []
     if is_dask_client(executor):
         from scperteval.engine.distributed import cluster_session
@@ -411,6 +425,7 @@ def _perturbation_task(
                 if record is not None:
                     cut.append(record)
             own = candidate_reference(protocol.centering, source, reference)
+            key = _candidate_key(protocol, name, getter, registered)
             fast = population_value(
                 engine,
                 protocol,
@@ -420,9 +435,9 @@ def _perturbation_task(
                 truth_view,
                 source,
                 cache_key=name if registered else None,
+                view_key=key,
             )
             if fast is None:
-                key = _candidate_key(protocol, name, getter, registered)
                 view = make_view(engine, protocol, condition, source, space, own, key)
                 fast = protocol.metric(truth_view, view, ctx)
             value = float(fast)
@@ -438,12 +453,13 @@ def _perturbation_task(
 def _candidate_key(
     protocol: Protocol, name: str, getter: SourceGetter, registered: bool
 ) -> Hashable | None:
-    """Key under which a candidate's views against the control are shared by protocols.
+    """Key under which a candidate's views are shared by protocols, or ``None``.
 
-    A registered source is fixed for the engine, so its name identifies it; a model
-    is identified by its getter too, so that two runs on one engine never share.
+    Views against the control and cells in a space (population views): a registered
+    source is fixed for the engine, so its name identifies it; a model or baseline is
+    identified by its getter too, so that two runs on one engine never share.
     """
-    if protocol.representation not in CONTROL_REPRESENTATIONS:
+    if protocol.representation not in (*CONTROL_REPRESENTATIONS, "population"):
         return None
     return name if registered else ("candidate", name, getter)
 

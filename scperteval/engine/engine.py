@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
 
+from scperteval._memo import BoundedStore
 from scperteval.context import Context
 from scperteval.data.halves import derive_seed
 from scperteval.engine.pairs import pair_backend
@@ -36,6 +35,8 @@ DEFAULT_PCA_CELLS = 10_000
 SAMPLE_POINTS_BYTES = 256 * 2**20
 #: Memory for stored pairwise distances of samples (see :mod:`scperteval.engine.fastpath`).
 PAIR_STORE_BYTES = 1024 * 2**20
+#: Memory bound for the mapped cells kept for the next population protocol (bytes).
+POPULATION_POINTS_BYTES = 64 * 2**20
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
@@ -94,24 +95,22 @@ class Engine:
         self.subsampled_populations: set[Subsampled] = set()
         #: Computes the population fast path's sums over pairs of cells.
         self.pairs = pair_backend(device, precision)
-        #: Memory bound for the stored pairwise distances of cell samples (bytes).
-        self.pair_store_bytes = PAIR_STORE_BYTES
-        self._stores: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
-        self._stores_lock = threading.Lock()
+        self._pair_store = BoundedStore(PAIR_STORE_BYTES)
+        #: Cells of a source mapped to a space, shared by the protocols on that space
+        #: (see :func:`population_points`).
+        self._points_store = BoundedStore(POPULATION_POINTS_BYTES)
         #: Sums over pairs that the run's population protocols will ask for, by space
         #: (see :mod:`scperteval.engine.fastpath`).
         self.pair_plan: dict[str, frozenset[Any]] = {}
 
-    def __getstate__(self) -> dict[str, Any]:
-        # Stored pairwise distances are large and rebuilt on demand; a lock is per process.
-        state = self.__dict__.copy()
-        del state["_stores"], state["_stores_lock"]
-        return state
+    @property
+    def pair_store_bytes(self) -> int:
+        """Memory bound for the stored pairwise distances of cell samples (bytes)."""
+        return self._pair_store.max_bytes
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._stores = OrderedDict()
-        self._stores_lock = threading.Lock()
+    @pair_store_bytes.setter
+    def pair_store_bytes(self, value: int) -> None:
+        self._pair_store.max_bytes = int(value)
 
     # --------------------------------------------------------------- basics
     @property
@@ -326,20 +325,30 @@ class Engine:
         not kept. Building is deterministic, so a value rebuilt after eviction is the
         same.
         """
-        with self._stores_lock:
-            if key in self._stores:
-                self._stores.move_to_end(key)
-                return self._stores[key][0]
-        value = build()
-        if nbytes > self.pair_store_bytes:
-            return value
-        with self._stores_lock:
-            if key in self._stores:
-                return self._stores[key][0]
-            self._stores[key] = (value, nbytes)
-            while sum(size for _, size in self._stores.values()) > self.pair_store_bytes:
-                self._stores.popitem(last=False)
-            return value
+        return self._pair_store.get(key, build, lambda _: nbytes)
+
+    def population_points(self, key: Hashable, build: Callable[[], np.ndarray]) -> np.ndarray:
+        """Cells x features of one source in one space, kept briefly for the next protocol.
+
+        The population protocols on one space (energy distance, MMD, Sinkhorn) read
+        the same cells of each source for a perturbation; their tasks run one after
+        the other, so the most recent mappings (at most
+        :data:`POPULATION_POINTS_BYTES`) are kept rather than read and mapped again.
+
+        Parameters
+        ----------
+        key
+            Identifies the source's cells and the space for the run.
+        build
+            Maps them (deterministic: a value built again is the same).
+
+        Returns
+        -------
+        numpy.ndarray
+            A read-only array shared by the callers.
+
+        """
+        return self._points_store.get(key, lambda: _read_only(build()), lambda a: a.nbytes)
 
     def control_sample(self, covariate: int) -> tuple[np.ndarray, GroupStats]:
         """The group's seeded sample of control cells and its statistics."""

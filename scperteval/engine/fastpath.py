@@ -158,6 +158,7 @@ def population_value(
     truth_view: Any,
     source: SourceData,
     cache_key: Hashable | None,
+    view_key: Hashable | None = None,
 ) -> float | None:
     """The protocol's value for one candidate, or ``None`` to use the metric directly.
 
@@ -173,6 +174,10 @@ def population_value(
         A name that identifies the candidate's data for this engine (a registered
         source), under which sums may be shared between protocols; ``None`` for
         data that may change between runs (a model's predictions).
+    view_key
+        Identifies the candidate's cells for the run, so that their mapping to the
+        space is shared with the next protocols (see
+        :func:`~scperteval.engine.views.make_view`); ``None`` maps them anew.
 
     Raises
     ------
@@ -183,7 +188,7 @@ def population_value(
     spec = _pair_metric(protocol)
     if spec is None:
         return None
-    candidate: Any = make_view(engine, protocol, condition, source, space, reference)
+    candidate: Any = make_view(engine, protocol, condition, source, space, reference, view_key)
     x, y = _cloud_pair(truth_view, candidate)
     _check_sizes(x.shape[0], y.shape[0], spec.unbiased)
     truth = x

@@ -46,7 +46,9 @@ def make_view(
 
     ``cache_key`` names a source whose data is fixed for the engine (the truth;
     for the views against the control also the other candidates): its DE over
-    all genes is then computed once per condition and shared by every protocol.
+    all genes is then computed once per condition and shared by every protocol,
+    and its cells mapped to a space are kept for the next population protocol on
+    that space (:meth:`~scperteval.engine.engine.Engine.population_points`).
     """
     if protocol.representation in CONTROL_REPRESENTATIONS:
         return control_view(engine, protocol.representation, condition, source, space, cache_key)
@@ -54,7 +56,14 @@ def make_view(
         vector = source.centroid if reference is None else source.centroid - reference
         return space.vector(vector, is_delta=reference is not None)
     if protocol.representation == "population":
-        cells = _population_cells(engine, protocol, source, space)
+        if cache_key is None:
+            cells = _population_cells(engine, protocol, source, space)
+        else:
+            key = ("population_points", cache_key, condition, protocol.space)
+            shared = engine.population_points(
+                key, lambda: _population_cells(engine, protocol, source, space)
+            )
+            cells = shared.copy()
         if reference is not None:
             cells -= space.vector(reference)
         return cells

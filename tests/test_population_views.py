@@ -1,0 +1,66 @@
+"""Cells mapped to a space are shared by the population protocols on that space."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import scperteval
+from scperteval.engine import engine as engine_module
+from scperteval.engine import views
+
+PROTOCOLS = "energy_pca=5,mmd_pca=5,sinkhorn_pca=5,energy_top_k=20,mmd_top_k=20"
+MAPPED = views._population_cells
+KEPT = engine_module.Engine.population_points
+
+
+@pytest.fixture(scope="module")
+def screen():
+    return scperteval.simulate(n_perturbations=6, n_genes=60, cells_per_perturbation=30, seed=5)
+
+
+def _run(screen, monkeypatch, points_bytes, workers=1):
+    """Results, the spaces of every mapping made, and the keys asked of the store."""
+    mapped, asked = [], []
+
+    def counted(engine, protocol, source, space):
+        mapped.append(protocol.space)
+        return MAPPED(engine, protocol, source, space)
+
+    def recorded(engine, key, build):
+        asked.append(key)
+        return KEPT(engine, key, build)
+
+    monkeypatch.setattr(views, "_population_cells", counted)
+    monkeypatch.setattr(engine_module.Engine, "population_points", recorded)
+    monkeypatch.setattr(engine_module, "POPULATION_POINTS_BYTES", points_bytes)
+    result = scperteval.calibrate(screen, PROTOCOLS, workers=workers)
+    return result.results, mapped, asked
+
+
+def test_each_source_is_mapped_once_per_space_with_the_same_values(screen, monkeypatch):
+    shared, mapped, asked = _run(screen, monkeypatch, 64 * 2**20)
+    alone, mapped_alone, _ = _run(screen, monkeypatch, 0)
+    # Kept: one mapping per source, perturbation and space, however many protocols ask.
+    assert len(mapped) == len(set(asked))
+    assert max(Counter(asked).values()) == 3  # the three protocols on pca(k=5)
+    assert len(mapped_alone) == len(asked) > 2 * len(mapped)
+    np.testing.assert_array_equal(shared["value"].to_numpy(), alone["value"].to_numpy())
+    # Two workers may map a source twice at once; the values are the same.
+    parallel, _, _ = _run(screen, monkeypatch, 64 * 2**20, workers=2)
+    np.testing.assert_array_equal(parallel["value"].to_numpy(), alone["value"].to_numpy())
+    assert np.isfinite(shared["value"].to_numpy()).mean() > 0.9
+
+
+def test_kept_cells_are_read_only_and_shared():
+    store = engine_module.Engine.__new__(engine_module.Engine)
+    store._points_store = engine_module.BoundedStore(1024)
+    kept = store.population_points("key", lambda: np.arange(4.0))
+    with pytest.raises(ValueError):
+        kept[0] = 1.0
+    assert store.population_points("key", lambda: np.zeros(4)) is kept
+    # Larger than the bound: built, returned, not kept.
+    large = store.population_points("large", lambda: np.zeros(1000))
+    assert store.population_points("large", lambda: np.ones(1000)) is not large
