@@ -22,13 +22,16 @@ cell-eval builds it, from every cell, ``p``'s included.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import scipy.linalg as sla
 
 from scperteval.engine.dispatch import Candidate
 from scperteval.engine.sources import SourceData
 from scperteval.metrics import DegenerateInput
+from scperteval.metrics.population import single_threaded_blas
 from scperteval.stats.groups import GroupStats
 
 if TYPE_CHECKING:
@@ -138,7 +141,11 @@ def fit_linear_baseline(engine: Engine, condition: int) -> SourceData:
     1. ``D`` = centroids (all cells) of the group's *other* perturbations minus
        the control mean: a (perturbations x genes) matrix of expression changes.
     2. Gene embeddings ``E`` = the first ``k`` right singular vectors of ``D``
-       scaled by their singular values (genes x k), ``k = min(10, rank)``.
+       centred on its mean row, scaled by their singular values (genes x k),
+       ``k = min(10, rank)``. They are computed from the group's Gram matrix of
+       changes, shared by every perturbation's fit, where the top ``k`` singular
+       values are well separated from zero, and by the SVD otherwise (equal to
+       rounding).
     3. A perturbation is embedded by the mean of its target genes' rows of ``E``
        (components of ``A+B`` included); perturbations with no measured target
        are left out of the fit.
@@ -153,21 +160,17 @@ def fit_linear_baseline(engine: Engine, condition: int) -> SourceData:
         perturbations have one.
 
     """
-    context = engine.context
     own_targets = engine.target_genes(condition)
     if own_targets.size == 0:
         raise DegenerateInput("linear baseline: the perturbation's targets are not measured")
-    covariate = engine.covariate_index(condition)
-    others = [int(k) for k in engine.conditions_of(covariate) if int(k) != condition]
-    control = engine.control_mean(condition)
-    deltas = context.centroids("all")[others] - control
-    _, singular, vt = np.linalg.svd(deltas - deltas.mean(axis=0), full_matrices=False)
-    n_components = int(
-        min(LINEAR_COMPONENTS, np.sum(singular > 1e-12 * max(singular.max(), 1e-300)))
-    )
-    if n_components == 0:
-        raise DegenerateInput("linear baseline: the other perturbations do not vary")
-    embedding = (vt[:n_components] * singular[:n_components, None]).T
+    group = _linear_group(engine, engine.covariate_index(condition))
+    row_of = {int(k): row for row, k in enumerate(group.conditions)}
+    own_row = row_of[condition]
+    others = [int(k) for k in group.conditions if int(k) != condition]
+    embedding = _loo_embedding(group, own_row)
+    if embedding is None:
+        embedding = _svd_embedding(group.deltas[[row_of[k] for k in others]])
+    deltas = group.deltas[[row_of[k] for k in others]]
     features, targets = [], []
     for row, k in enumerate(others):
         genes = engine.target_genes(k)
@@ -182,7 +185,87 @@ def fit_linear_baseline(engine: Engine, condition: int) -> SourceData:
     y = np.asarray(targets)
     x_mean, y_mean = x.mean(axis=0), y.mean(axis=0)
     xc = x - x_mean
+    n_components = embedding.shape[1]
     weights = np.linalg.solve(xc.T @ xc + LINEAR_RIDGE * np.eye(n_components), xc.T @ (y - y_mean))
     query = embedding[own_targets].mean(axis=0)
-    prediction = control + y_mean + (query - x_mean) @ weights
+    prediction = group.control + y_mean + (query - x_mean) @ weights
     return SourceData(centroid=np.maximum(prediction, 0.0))
+
+
+@dataclass(frozen=True)
+class _LinearGroup:
+    """A covariate group's expression changes, centred, and their products, for every fit."""
+
+    conditions: np.ndarray
+    control: np.ndarray
+    #: Centroid minus control mean, one row per condition of the group.
+    deltas: np.ndarray
+    #: ``deltas`` minus their mean over the group's conditions.
+    centred: np.ndarray
+    #: ``centred @ centred.T``.
+    gram: np.ndarray
+
+
+def _linear_group(engine: Engine, covariate: int) -> _LinearGroup:
+    def build() -> _LinearGroup:
+        conditions = np.asarray(engine.conditions_of(covariate), dtype=np.int64)
+        control = engine.control_mean(int(conditions[0]))
+        deltas = engine.context.centroids("all")[conditions] - control
+        centred = deltas - deltas.mean(axis=0)
+        with single_threaded_blas():
+            gram = centred @ centred.T
+        return _LinearGroup(conditions, control, deltas, centred, gram)
+
+    return engine.memo(("baseline", "linear_group", covariate), build)
+
+
+def _svd_embedding(deltas: np.ndarray) -> np.ndarray:
+    """Gene embeddings from the SVD of the centred changes (the definition)."""
+    _, singular, vt = np.linalg.svd(deltas - deltas.mean(axis=0), full_matrices=False)
+    n_components = int(
+        min(LINEAR_COMPONENTS, np.sum(singular > 1e-12 * max(singular.max(), 1e-300)))
+    )
+    if n_components == 0:
+        raise DegenerateInput("linear baseline: the other perturbations do not vary")
+    return (vt[:n_components] * singular[:n_components, None]).T
+
+
+#: The Gram route is taken when the last kept eigenvalue is at least this fraction of
+#: the largest: then every kept singular value is far above the SVD's cut (1e-12),
+#: and squaring loses none of the embedding's accuracy that matters.
+_GRAM_EIGENVALUE_FLOOR = 1e-8
+
+
+def _loo_embedding(group: _LinearGroup, left_out: int) -> np.ndarray | None:
+    """The embedding without one condition, from the group's Gram matrix; ``None``: use the SVD.
+
+    With ``A`` the group's centred changes and ``a`` the left-out row, the others
+    centred on their own mean are ``A_o + 1 a^T / (n - 1)`` (``n - 1`` rows), whose
+    Gram matrix follows from ``A A^T`` alone. Its top eigenvectors ``U`` give the
+    embedding ``V S = D_c^T U`` of the SVD ``D_c = U S V^T``, at the cost of an
+    eigendecomposition of ``(n - 1) x (n - 1)`` instead of an SVD over every gene.
+    Rank-deficient cases (few conditions, or a small last eigenvalue) go to the SVD,
+    so that the number of components is the definition's.
+    """
+    n_others = group.conditions.size - 1
+    if n_others <= LINEAR_COMPONENTS + 1:
+        return None
+    keep = np.arange(group.conditions.size) != left_out
+    shift = 1.0 / n_others
+    cross = group.gram[keep, left_out]
+    gram = group.gram[np.ix_(keep, keep)]
+    gram += shift * (cross[:, None] + cross[None, :])
+    gram += shift * shift * group.gram[left_out, left_out]
+    values, vectors = sla.eigh(
+        gram,
+        subset_by_index=[n_others - LINEAR_COMPONENTS, n_others - 1],
+        overwrite_a=True,
+        check_finite=False,
+    )
+    values, vectors = values[::-1], vectors[:, ::-1]
+    if not values[0] > 0 or values[-1] < _GRAM_EIGENVALUE_FLOOR * values[0]:
+        return None
+    with single_threaded_blas():
+        embedding = group.centred[keep].T @ vectors
+        embedding += np.outer(group.centred[left_out], shift * vectors.sum(axis=0))
+    return embedding
