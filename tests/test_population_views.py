@@ -64,3 +64,32 @@ def test_kept_cells_are_read_only_and_shared():
     # Larger than the bound: built, returned, not kept.
     large = store.population_points("large", lambda: np.zeros(1000))
     assert store.population_points("large", lambda: np.ones(1000)) is not large
+
+
+@pytest.mark.parametrize("space_spec", ["top_k(k=20)", "pca(k=5)"])
+def test_few_sample_cells_are_cut_from_the_kept_sample_rows(screen, space_spec):
+    from scperteval.engine.population_cap import cap_source
+    from scperteval.engine.spaces import resolve_space
+    from scperteval.engine.suites import resolve_protocols
+    from scperteval.workflows.steps import build_engine
+
+    engine = build_engine(
+        scperteval.load_dataset(screen),
+        seed=0,
+        de_method="t-test",
+        truth="half",
+        sample_cells=8192,
+        device=None,
+        precision="float64",
+        max_population_cells=10,
+    )
+    name = "energy_top_k=20" if space_spec.startswith("top_k") else "energy_pca=5"
+    (protocol,) = resolve_protocols(name)
+    for condition in range(engine.context.layout.n_conditions):
+        source = engine.source("all_perturbed_sample", condition)
+        capped, record = cap_source(engine, condition, "all_perturbed_sample", source)
+        assert record is not None  # fewer cells than half the sample: the cut path
+        space = resolve_space(engine, protocol.space, condition)
+        cells = views._population_cells(engine, protocol, capped, space)
+        expected = space.matrix(engine.context.dataset.rows(capped.positions))
+        np.testing.assert_array_equal(cells, expected)

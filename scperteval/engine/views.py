@@ -93,11 +93,16 @@ def _population_cells(
         covariate, index = source.sample
         shared = space_is_shared(protocol.space)
         sample_size = engine.perturbed_sample(covariate)[0].size
-        exact = space.genes is not None or sp.issparse(engine.sample_rows(covariate))
+        sample_rows = engine.sample_rows(covariate)
+        exact = space.genes is not None or sp.issparse(sample_rows)
         # A few cells are quicker to read than the whole sample to map.
         if exact and (shared or 2 * index.size >= sample_size):
             points = engine.sample_points(covariate, space, shared)
             return np.asarray(points[index], dtype=np.float64)  # indexing copies
+        if exact:
+            # The cells' own rows, cut from the sample kept in memory rather than
+            # read again (from disk, for a backed file).
+            return space.matrix(sample_rows[index])
     if source.positions is not None:
         return space.matrix(engine.context.dataset.rows(source.positions))
     raise DegenerateInput("this source has no cells for a population metric")
