@@ -93,3 +93,24 @@ def test_few_sample_cells_are_cut_from_the_kept_sample_rows(screen, space_spec):
         cells = views._population_cells(engine, protocol, capped, space)
         expected = space.matrix(engine.context.dataset.rows(capped.positions))
         np.testing.assert_array_equal(cells, expected)
+
+
+def test_matched_sample_statistics_come_from_the_kept_sample_rows(screen):
+    from scperteval.workflows.steps import build_engine
+
+    engine = build_engine(
+        scperteval.load_dataset(screen),
+        seed=0,
+        de_method="t-test",
+        truth="half",
+        sample_cells=8192,
+        device=None,
+        precision="float64",
+    )
+    for condition in range(engine.context.layout.n_conditions):
+        source = engine.source("matched_perturbed_sample", condition)
+        read = engine.moments_of(source.positions)
+        for field in ("n", "mean", "m2"):
+            np.testing.assert_array_equal(
+                getattr(source.moments, field), getattr(read, field), err_msg=field
+            )

@@ -214,7 +214,18 @@ class Engine:
 
     def moments_of(self, positions: np.ndarray) -> GroupStats:
         """One-group statistics of the cells at ``positions``."""
-        rows = self.context.dataset.rows(np.sort(positions))
+        return self._rows_moments(self.context.dataset.rows(np.sort(positions)))
+
+    def sample_moments(self, covariate: int, index: np.ndarray) -> GroupStats:
+        """One-group statistics of the rows ``index`` (ascending) of the group's sample.
+
+        The same rows as :meth:`moments_of` of their positions, cut from the sample
+        kept in memory: a backed file is not read again.
+        """
+        return self._rows_moments(self.sample_rows(covariate)[np.asarray(index)])
+
+    @staticmethod
+    def _rows_moments(rows: Any) -> GroupStats:
         with serial_kernels():
             return GroupStats.from_chunk(rows, np.zeros(rows.shape[0], dtype=np.int64), 1)
 

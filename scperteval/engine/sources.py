@@ -74,6 +74,10 @@ class SourceEngine(Protocol):
         """One-group statistics of the cells at ``positions``."""
         ...  # pragma: no cover
 
+    def sample_moments(self, covariate: int, index: np.ndarray) -> GroupStats:
+        """One-group statistics of the rows ``index`` of the group's perturbed sample."""
+        ...  # pragma: no cover
+
     def control_sample(self, covariate: int) -> tuple[np.ndarray, GroupStats]:
         """The group's seeded sample of control cells and its statistics."""
         ...  # pragma: no cover
@@ -238,12 +242,13 @@ def matched_perturbed_sample(engine: SourceEngine, condition: int) -> SourceData
     if pool.size > size:
         seed = derive_seed(engine.seed, "matched", target.covariate, target.perturbation)
         pool = np.sort(np.random.default_rng(seed).choice(pool, size, replace=False))
-    moments = engine.moments_of(pool)
+    index = np.searchsorted(sample, pool)
+    moments = engine.sample_moments(covariate, index)
     return SourceData(
         centroid=moments.mean[0],
         positions=pool,
         moments=moments,
-        sample=(covariate, np.searchsorted(sample, pool)),
+        sample=(covariate, index),
     )
 
 
