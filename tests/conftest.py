@@ -93,3 +93,24 @@ def _sim_adata():
 def sim_adata(_sim_adata):
     """A small generated dataset: 2 cell lines, 6 singles and 2 combinations, 60 genes."""
     return _sim_adata.copy()
+
+
+@pytest.fixture
+def engine_of():
+    """Build a run's engine from an AnnData, with the run defaults unless overridden."""
+    import scperteval
+    from scperteval.workflows.steps import build_engine
+
+    def build(adata, **options):
+        settings = {
+            "seed": 0,
+            "de_method": "t-test",
+            "truth": "half",
+            "sample_cells": 8192,
+            "device": None,
+            "precision": "float64",
+        }
+        settings.update(options)
+        return build_engine(scperteval.load_dataset(adata), **settings)
+
+    return build

@@ -48,9 +48,7 @@ def _textbook_linear(centroids, control, targets, condition, ridge=0.1, k=10):
 
 
 @pytest.mark.parametrize("n_perturbations", [8, 30], ids=["svd", "gram"])
-def test_linear_baseline_equals_svd_and_scikit_learn_ridge(n_perturbations, monkeypatch):
-    from scperteval.workflows.steps import build_engine
-
+def test_linear_baseline_equals_svd_and_scikit_learn_ridge(n_perturbations, monkeypatch, engine_of):
     svd_fits = []
     svd = baselines._svd_embedding
     monkeypatch.setattr(baselines, "_svd_embedding", lambda d: svd_fits.append(1) or svd(d))
@@ -58,15 +56,7 @@ def test_linear_baseline_equals_svd_and_scikit_learn_ridge(n_perturbations, monk
     adata = scperteval.simulate(
         n_perturbations=n_perturbations, n_genes=80, cells_per_perturbation=20, seed=6
     )
-    engine = build_engine(
-        scperteval.load_dataset(adata),
-        seed=0,
-        de_method="t-test",
-        truth="all",
-        sample_cells=8192,
-        device=None,
-        precision="float64",
-    )
+    engine = engine_of(adata, truth="all")
     n_conditions = engine.context.layout.n_conditions
     centroids = engine.context.centroids("all")
     control = engine.control_mean(0)

@@ -67,22 +67,12 @@ def test_kept_cells_are_read_only_and_shared():
 
 
 @pytest.mark.parametrize("space_spec", ["top_k(k=20)", "pca(k=5)"])
-def test_few_sample_cells_are_cut_from_the_kept_sample_rows(screen, space_spec):
+def test_few_sample_cells_are_cut_from_the_kept_sample_rows(screen, space_spec, engine_of):
     from scperteval.engine.population_cap import cap_source
     from scperteval.engine.spaces import resolve_space
     from scperteval.engine.suites import resolve_protocols
-    from scperteval.workflows.steps import build_engine
 
-    engine = build_engine(
-        scperteval.load_dataset(screen),
-        seed=0,
-        de_method="t-test",
-        truth="half",
-        sample_cells=8192,
-        device=None,
-        precision="float64",
-        max_population_cells=10,
-    )
+    engine = engine_of(screen, max_population_cells=10)
     name = "energy_top_k=20" if space_spec.startswith("top_k") else "energy_pca=5"
     (protocol,) = resolve_protocols(name)
     for condition in range(engine.context.layout.n_conditions):
@@ -95,18 +85,8 @@ def test_few_sample_cells_are_cut_from_the_kept_sample_rows(screen, space_spec):
         np.testing.assert_array_equal(cells, expected)
 
 
-def test_matched_sample_statistics_come_from_the_kept_sample_rows(screen):
-    from scperteval.workflows.steps import build_engine
-
-    engine = build_engine(
-        scperteval.load_dataset(screen),
-        seed=0,
-        de_method="t-test",
-        truth="half",
-        sample_cells=8192,
-        device=None,
-        precision="float64",
-    )
+def test_matched_sample_statistics_come_from_the_kept_sample_rows(screen, engine_of):
+    engine = engine_of(screen)
     for condition in range(engine.context.layout.n_conditions):
         source = engine.source("matched_perturbed_sample", condition)
         read = engine.moments_of(source.positions)
