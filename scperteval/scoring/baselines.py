@@ -164,13 +164,13 @@ def fit_linear_baseline(engine: Engine, condition: int) -> SourceData:
     if own_targets.size == 0:
         raise DegenerateInput("linear baseline: the perturbation's targets are not measured")
     group = _linear_group(engine, engine.covariate_index(condition))
-    row_of = {int(k): row for row, k in enumerate(group.conditions)}
-    own_row = row_of[condition]
-    others = [int(k) for k in group.conditions if int(k) != condition]
+    own_row = int(np.flatnonzero(group.conditions == condition)[0])
+    keep = np.arange(group.conditions.size) != own_row
+    others = group.conditions[keep].tolist()
+    deltas = group.deltas[keep]
     embedding = _loo_embedding(group, own_row)
     if embedding is None:
-        embedding = _svd_embedding(group.deltas[[row_of[k] for k in others]])
-    deltas = group.deltas[[row_of[k] for k in others]]
+        embedding = _svd_embedding(deltas)
     features, targets = [], []
     for row, k in enumerate(others):
         genes = engine.target_genes(k)
