@@ -37,7 +37,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -47,7 +50,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_calibrate import measure, protocol_groups  # noqa: E402
+from bench_calibrate import Measurement, measure, protocol_groups  # noqa: E402
 
 BLOCK_CELLS = 4096  # cells per generated block; each block has its own child seed
 
@@ -62,8 +65,10 @@ def screen_parameters(n_genes: int, n_perts: int, seed: int) -> dict[str, np.nda
     base = np.exp(rng.normal(0.0, 2.0, n_genes))
     base /= base.sum()
     size = 3.0 * np.exp(rng.normal(0.0, 0.5, n_genes))
-    # Targets among the better-expressed half, so that their knock-down is visible.
-    targets = np.sort(rng.choice(np.argsort(-base)[: n_genes // 2], n_perts, replace=False))
+    # Targets among the better-expressed half (more genes when there are more
+    # perturbations than that), so that their knock-down is visible.
+    candidates = np.argsort(-base)[: min(n_genes, max(n_genes // 2, n_perts))]
+    targets = np.sort(rng.choice(candidates, n_perts, replace=n_perts > n_genes))
     strong = rng.random(n_perts) < 0.1
     strength = np.where(strong, 1.0, rng.uniform(0.1, 0.4, n_perts))
     log_fold = np.zeros((n_perts + 1, n_genes))
@@ -180,6 +185,71 @@ def matrix_sizes(path: Path) -> dict[str, float]:
     }
 
 
+def measure_on_cluster(arguments: list[str], n_workers: int, timeout: float) -> Measurement:
+    """Run ``scperteval ARGUMENTS --scheduler`` against a fresh dask ``LocalCluster``.
+
+    The cluster has ``n_workers`` worker processes of one thread each. The peak
+    memory is the largest sum of resident sets, sampled every 0.5 s, over this
+    process (which hosts the scheduler), the workers and the run: the whole
+    footprint of the job on the machine.
+    """
+    import psutil
+    from distributed import LocalCluster
+
+    launcher = "import sys; from scperteval.cli import main; sys.argv[0] = 'scperteval'; "
+    launcher += "sys.exit(main())"
+    with LocalCluster(
+        n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        out = Path(arguments[arguments.index("--out") + 1])
+        shutil.rmtree(out, ignore_errors=True)
+        command = [sys.executable, "-c", launcher, *arguments]
+        command += ["--scheduler", cluster.scheduler_address]
+        me = psutil.Process()
+        started = time.perf_counter()
+        peak = 0
+        with tempfile.TemporaryFile("w+") as log:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            while process.poll() is None:
+                if time.perf_counter() - started > timeout:
+                    process.kill()
+                    process.wait()
+                    return Measurement(float("inf"), float("nan"), -1, tail="timed out")
+                total = 0
+                for member in [me, *me.children(recursive=True)]:
+                    try:
+                        total += member.memory_info().rss
+                    except psutil.Error:
+                        pass  # a process that ended between the listing and the reading
+                peak = max(peak, total)
+                time.sleep(0.5)
+            seconds = time.perf_counter() - started
+            log.seek(0)
+            tail = log.read()[-2000:]
+    measurement = Measurement(seconds, peak / 2**30, process.returncode, {}, tail)
+    run_json = out / "run.json"
+    if process.returncode == 0 and run_json.exists():
+        measurement.timings = json.loads(run_json.read_text()).get("timings_seconds", {})
+    return measurement
+
+
+def same_values(mine: Path, theirs: Path) -> bool:
+    """Whether two runs' ``results.parquet`` hold the same rows and bit-identical values."""
+    import pandas as pd
+
+    left, right = pd.read_parquet(mine), pd.read_parquet(theirs)
+    keys = [c for c in left.columns if left[c].dtype == object or str(left[c].dtype) == "category"]
+    left = left.sort_values(keys, ignore_index=True)
+    right = right.sort_values(keys, ignore_index=True)
+    try:
+        pd.testing.assert_frame_equal(left, right, check_exact=True, check_categorical=False)
+    except AssertionError as difference:
+        print(f"values differ from {theirs}:\n{str(difference)[:1500]}")
+        return False
+    print(f"all {len(left):,} rows identical to {theirs}")
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", default="/work/bench_data", help="dataset and outputs")
@@ -198,6 +268,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=float, default=4 * 3600.0, help="seconds for the run")
     parser.add_argument("--json", default=None, help="write the figures here")
+    parser.add_argument(
+        "--cluster",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run on a dask LocalCluster of N one-thread worker processes (peak memory is "
+        "then the sum over this process, the cluster and the run, sampled every 0.5 s)",
+    )
+    parser.add_argument(
+        "--compare-to",
+        default=None,
+        metavar="RUN_DIR",
+        help="an earlier run's output folder: report whether every value is identical",
+    )
     args = parser.parse_args(argv)
 
     workdir = Path(args.workdir).resolve()
@@ -226,16 +310,24 @@ def main(argv: list[str] | None = None) -> int:
     protocols = protocol_groups().get(args.protocols, args.protocols)
     named = args.protocols == "default" or args.protocols in protocol_groups()
     label = args.protocols if named else "custom"
-    out = workdir / "runs" / f"{data.stem}_{label}"
+    where = f"_cluster{args.cluster}" if args.cluster else ""
+    out = workdir / "runs" / f"{data.stem}_{label}{where}"
     arguments = ["calibrate", str(data), "-p", protocols, "--backed"]
     arguments += ["--perturbation-key", "perturbation", "--out", str(out)]
     if args.chunk_cells:
         arguments += ["--chunk-cells", str(args.chunk_cells)]
-    result = measure(arguments, None, args.timeout)
+    if args.cluster:
+        result = measure_on_cluster(arguments, args.cluster, args.timeout)
+        where = f" on a {args.cluster}-worker LocalCluster"
+    else:
+        result = measure(arguments, None, args.timeout)
     print(
-        f"calibrate -p {label} --backed: {result.seconds:.1f} s wall, "
+        f"calibrate -p {label} --backed{where}: {result.seconds:.1f} s wall, "
         f"peak RSS {result.peak_gib:.2f} GiB (exit {result.returncode})"
     )
+    identical = None
+    if args.compare_to and result.returncode == 0:
+        identical = same_values(out / "results.parquet", Path(args.compare_to) / "results.parquet")
     if result.timings:
         print(
             "  run.json timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items())
@@ -250,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
             "returncode": result.returncode,
             "timings": result.timings,
             "protocols": protocols.split(","),
+            "cluster_workers": args.cluster,
+            "identical_to": args.compare_to if identical else None,
         }
         Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0 if result.returncode == 0 else 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import anndata as ad
@@ -126,13 +127,31 @@ def test_work_is_spread_over_the_workers(cluster_calibration, screen) -> None:
     n_chunks = len(_dataset(screen).chunk_slices())
     assert n_chunks > 1
     assert sum(name.startswith("_chunk_stats") for name, _ in tasks) == n_chunks
-    workers = {worker for name, worker in tasks if name.startswith("_protocol_task")}
+    workers = {worker for name, worker in tasks if name.startswith("protocol-task-")}
     assert len(workers) == 2, "protocol tasks run on both workers"
+
+
+def test_a_perturbations_tasks_prefer_one_worker(cluster_calibration, screen) -> None:
+    _, tasks, _ = cluster_calibration
+    workers_of: dict[str, list[str]] = {}
+    for name, worker in tasks:
+        if name.startswith("protocol-task-") and not name.startswith("protocol-task-dataset"):
+            condition = name.removeprefix("protocol-task-").split("-")[0]
+            workers_of.setdefault(condition, []).append(worker)
+    n_conditions = Engine(Context(_dataset(screen))).context.layout.n_conditions
+    assert len(workers_of) == n_conditions  # every perturbation of every cell line
+    on_preferred = sum(max(Counter(found).values()) for found in workers_of.values())
+    # Placement is a preference (a free worker may take a queued task), so a few
+    # may run elsewhere; scattered tasks would put about half on each worker.
+    assert on_preferred >= 0.9 * sum(map(len, workers_of.values()))
+    # Both workers have perturbations of their own.
+    preferred = {Counter(found).most_common(1)[0][0] for found in workers_of.values()}
+    assert len(preferred) == 2
 
 
 def test_engine_travels_once_not_per_task(client, cluster_calibration, screen) -> None:
     _, tasks, n_pickled = cluster_calibration
-    n_tasks = sum(name.startswith("_protocol_task") for name, _ in tasks)
+    n_tasks = sum(name.startswith("protocol-task-") for name, _ in tasks)
     engine = Engine(Context(_dataset(screen)))
     assert n_tasks == task_count(engine, resolve_protocols(PROTOCOLS))
     assert 1 <= n_pickled <= len(client.scheduler_info()["workers"]) < n_tasks

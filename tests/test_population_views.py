@@ -21,6 +21,16 @@ def screen():
     return scperteval.simulate(n_perturbations=6, n_genes=60, cells_per_perturbation=30, seed=5)
 
 
+@pytest.fixture(scope="module", params=["in_memory", "backed"])
+def stored_screen(request, screen, tmp_path_factory):
+    """The screen in memory, or as a file opened backed (its sample rows then kept)."""
+    if request.param == "in_memory":
+        return screen
+    path = tmp_path_factory.mktemp("backed") / "screen.h5ad"
+    screen.write_h5ad(path)
+    return scperteval.load_dataset(str(path), backed=True)
+
+
 def _run(screen, monkeypatch, points_bytes, workers=1):
     """Results, the spaces of every mapping made, and the keys asked of the store."""
     mapped, asked = [], []
@@ -67,12 +77,12 @@ def test_kept_cells_are_read_only_and_shared():
 
 
 @pytest.mark.parametrize("space_spec", ["top_k(k=20)", "pca(k=5)"])
-def test_few_sample_cells_are_cut_from_the_kept_sample_rows(screen, space_spec, engine_of):
+def test_few_sample_cells_are_those_of_the_dataset(stored_screen, space_spec, engine_of):
     from scperteval.engine.population_cap import cap_source
     from scperteval.engine.spaces import resolve_space
     from scperteval.engine.suites import resolve_protocols
 
-    engine = engine_of(screen, max_population_cells=10)
+    engine = engine_of(stored_screen, max_population_cells=10)
     name = "energy_top_k=20" if space_spec.startswith("top_k") else "energy_pca=5"
     (protocol,) = resolve_protocols(name)
     for condition in range(engine.context.layout.n_conditions):
@@ -85,8 +95,8 @@ def test_few_sample_cells_are_cut_from_the_kept_sample_rows(screen, space_spec, 
         np.testing.assert_array_equal(cells, expected)
 
 
-def test_matched_sample_statistics_come_from_the_kept_sample_rows(screen, engine_of):
-    engine = engine_of(screen)
+def test_matched_sample_statistics_are_those_of_the_dataset(stored_screen, engine_of):
+    engine = engine_of(stored_screen)
     for condition in range(engine.context.layout.n_conditions):
         source = engine.source("matched_perturbed_sample", condition)
         read = engine.moments_of(source.positions)
@@ -94,3 +104,20 @@ def test_matched_sample_statistics_come_from_the_kept_sample_rows(screen, engine
             np.testing.assert_array_equal(
                 getattr(source.moments, field), getattr(read, field), err_msg=field
             )
+
+
+def test_sample_rows_are_kept_only_for_a_backed_matrix(stored_screen, engine_of):
+    engine = engine_of(stored_screen)
+    backed = engine.context.dataset.is_backed
+    for covariate in range(len(engine.covariates)):
+        positions, _ = engine.perturbed_sample(covariate)
+        rows = engine.sample_rows(covariate)
+        np.testing.assert_array_equal(
+            rows.toarray(), engine.context.dataset.rows(positions).toarray()
+        )
+        # Kept (the same object again) for a file; a matrix in memory is not copied.
+        assert (engine.sample_rows(covariate) is rows) == backed
+        index = np.arange(0, positions.size, 3)
+        subset = engine.sample_subset_rows(covariate, index)
+        np.testing.assert_array_equal(subset.toarray(), rows[index].toarray())
+        assert engine.sample_is_sparse(covariate)

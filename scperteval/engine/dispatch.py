@@ -188,7 +188,12 @@ def _run_protocols(
         from scperteval.engine.distributed import cluster_session
 
         fit_shared_spaces(engine, protocols)
-        for finished in cluster_session(executor, engine).run(engine, tasks, candidates):
+        conditions = [
+            arguments[1] if function is _perturbation_task else None
+            for function, arguments in tasks
+        ]
+        session = cluster_session(executor, engine)
+        for finished in session.run(engine, tasks, candidates, conditions):
             rows.extend(finished)
             if progress is not None:
                 progress(1)

@@ -33,6 +33,7 @@ dask and distributed are imported only here and only when a cluster is used.
 from __future__ import annotations
 
 import sys
+import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,9 @@ if TYPE_CHECKING:
 __all__ = ["ClusterSession", "cluster_session", "connect", "is_dask_client"]
 
 Task = tuple[Callable[..., list[dict[str, Any]]], tuple[Any, ...]]
+
+#: Start of the dask key of every protocol task.
+_TASK_PREFIX = "protocol-task-"
 
 _SESSIONS: weakref.WeakKeyDictionary[Engine, ClusterSession] = weakref.WeakKeyDictionary()
 
@@ -184,7 +188,11 @@ class ClusterSession:
         return context.group_stats
 
     def run(
-        self, engine: Engine, tasks: Sequence[Task], candidates: Sequence[Any]
+        self,
+        engine: Engine,
+        tasks: Sequence[Task],
+        candidates: Sequence[Any],
+        conditions: Sequence[int | None],
     ) -> Iterator[list[dict[str, Any]]]:
         """Run protocol tasks on the workers; yield each one's rows as it finishes.
 
@@ -197,6 +205,10 @@ class ClusterSession:
             candidates)`` on a worker.
         candidates
             What every task scores (shipped once).
+        conditions
+            The perturbation of each task (``None`` for a dataset-scope task): the
+            tasks of one perturbation prefer the same worker. Task keys are
+            ``protocol-task-{condition}-...``.
 
         Yields
         ------
@@ -207,12 +219,31 @@ class ClusterSession:
         distributed = _distributed()
         inputs = _RunInputs(self.group_stats(engine), dict(engine.pair_plan), tuple(candidates))
         shipped = self.client.scatter(inputs, broadcast=True, hash=False)
-        futures = [
-            self.client.submit(
-                _protocol_task, function, self._engine, shipped, arguments, pure=False
+        workers = sorted(self.client.scheduler_info().get("workers", {}))
+        futures = []
+        for (function, arguments), condition in zip(tasks, conditions, strict=True):
+            placement: dict[str, Any] = {}
+            if condition is not None and workers:
+                # A perturbation's tasks go to one worker (others may still take them
+                # when it is busy), so that its cells are read, mapped and tested
+                # there once rather than once per worker.
+                placement = {
+                    "workers": [workers[condition % len(workers)]],
+                    "allow_other_workers": True,
+                }
+            futures.append(
+                self.client.submit(
+                    _protocol_task,
+                    function,
+                    self._engine,
+                    shipped,
+                    arguments,
+                    pure=False,
+                    key=f"{_TASK_PREFIX}{condition if condition is not None else 'dataset'}-"
+                    f"{len(futures)}-{uuid.uuid4().hex}",
+                    **placement,
+                )
             )
-            for function, arguments in tasks
-        ]
         try:
             for future in distributed.as_completed(futures):
                 yield future.result()

@@ -11,6 +11,7 @@ import scipy.sparse as sp
 from scperteval._memo import BoundedStore
 from scperteval.context import Context
 from scperteval.data.halves import derive_seed
+from scperteval.data.matrix_io import is_dask
 from scperteval.engine.pairs import pair_backend
 from scperteval.engine.population_cap import (
     DEFAULT_MAX_POPULATION_CELLS,
@@ -222,7 +223,7 @@ class Engine:
         The same rows as :meth:`moments_of` of their positions, cut from the sample
         kept in memory: a backed file is not read again.
         """
-        return self._rows_moments(self.sample_rows(covariate)[np.asarray(index)])
+        return self._rows_moments(self.sample_subset_rows(covariate, np.asarray(index)))
 
     @staticmethod
     def _rows_moments(rows: Any) -> GroupStats:
@@ -283,7 +284,7 @@ class Engine:
                 return sample_stats
             # Cut from the group's cached sample rows: a backed file is then read once
             # per group, not again for every condition.
-            own_rows = self.sample_rows(covariate)[own]
+            own_rows = self.sample_subset_rows(covariate, own)
             with serial_kernels():
                 own_stats = GroupStats.from_chunk(own_rows, np.zeros(own.size, dtype=np.int64), 1)
             return subtract_group(sample_stats, own_stats)
@@ -291,11 +292,38 @@ class Engine:
         return self.memo(("sample_without", condition), build)
 
     def sample_rows(self, covariate: int) -> Any:
-        """Cells x genes rows of the group's perturbed sample (CSR or dense), cached."""
-        return self.memo(
-            ("sample_rows", covariate),
-            lambda: self.context.dataset.rows(self.perturbed_sample(covariate)[0]),
-        )
+        """Cells x genes rows of the group's perturbed sample (CSR or dense).
+
+        Kept once read where reading is costly (a backed file or a dask array), so
+        that the file is read once per group; rows of a matrix in memory are cut
+        afresh on each call instead of holding a copy of a large share of it.
+        """
+        read = lambda: self.context.dataset.rows(self.perturbed_sample(covariate)[0])  # noqa: E731
+        if not self._keeps_sample_rows:
+            return read()
+        return self.memo(("sample_rows", covariate), read)
+
+    def sample_subset_rows(self, covariate: int, index: np.ndarray) -> Any:
+        """Rows ``index`` (ascending) of the group's perturbed sample.
+
+        Equal to ``sample_rows(covariate)[index]``: a row's values do not depend
+        on the rows read with it. Only these rows are read from a matrix in memory.
+        """
+        if self._keeps_sample_rows:
+            return self.sample_rows(covariate)[index]
+        return self.context.dataset.rows(self.perturbed_sample(covariate)[0][index])
+
+    def sample_is_sparse(self, covariate: int) -> bool:
+        """Whether the group's sample rows are sparse (CSR) rather than dense."""
+        if self._keeps_sample_rows:
+            return sp.issparse(self.sample_rows(covariate))
+        first = self.perturbed_sample(covariate)[0][:1]
+        return sp.issparse(self.context.dataset.rows(first))
+
+    @property
+    def _keeps_sample_rows(self) -> bool:
+        dataset = self.context.dataset
+        return dataset.is_backed or is_dask(dataset.matrix())
 
     def sample_columns(self, covariate: int) -> Any:
         """The sample's rows by column (CSC), for fast gene selections; cached."""

@@ -7,7 +7,6 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from scperteval.engine.control_views import CONTROL_REPRESENTATIONS, control_view
 from scperteval.engine.featuremap import FeatureMap
@@ -93,16 +92,15 @@ def _population_cells(
         covariate, index = source.sample
         shared = space_is_shared(protocol.space)
         sample_size = engine.perturbed_sample(covariate)[0].size
-        sample_rows = engine.sample_rows(covariate)
-        exact = space.genes is not None or sp.issparse(sample_rows)
+        exact = space.genes is not None or engine.sample_is_sparse(covariate)
         # A few cells are quicker to read than the whole sample to map.
         if exact and (shared or 2 * index.size >= sample_size):
             points = engine.sample_points(covariate, space, shared)
             return np.asarray(points[index], dtype=np.float64)  # indexing copies
         if exact:
-            # The cells' own rows, cut from the sample kept in memory rather than
-            # read again (from disk, for a backed file).
-            return space.matrix(sample_rows[index])
+            # The cells' own rows; for a backed file, cut from the sample kept in
+            # memory rather than read again from disk.
+            return space.matrix(engine.sample_subset_rows(covariate, index))
     if source.positions is not None:
         return space.matrix(engine.context.dataset.rows(source.positions))
     raise DegenerateInput("this source has no cells for a population metric")
