@@ -19,7 +19,9 @@ A :class:`ClusterSession` adapts a :class:`distributed.Client` to what
   ``combine``, the fold of the local pass, so the statistics are bit for bit
   those of a local run.
 - **Protocol tasks on the workers**, one per (protocol, perturbation) or
-  (protocol, covariate group), as on a thread pool.
+  (protocol, covariate group), as on a thread pool. The tasks of one perturbation
+  prefer one worker (a loose restriction: another may take them when it is idle),
+  so that the perturbation's derived data below is computed there only.
 - **Derived data where it is used.** DE, PCA fits, cell samples and pair sums are
   computed lazily by each worker the first time one of its tasks asks, then
   shared by that worker's tasks. They are deterministic functions of the shipped

@@ -93,15 +93,23 @@ def _distances_of_unique(
         return 1.0 - np.clip(similarity, -1.0, 1.0)
     # l1 has no matrix-product form: one compiled pass per pair of rows.
     from scperteval.kernels.distances import l1_distances
+    from scperteval.kernels.threads import even_bounds, kernel_threads, run_ranges
 
     out = np.empty((pred.shape[0], truth.shape[0]))
     mask = np.empty((0, 0)) if keep is None else np.ascontiguousarray(keep, dtype=np.float64)
-    l1_distances(
-        np.ascontiguousarray(pred, dtype=np.float64),
-        np.ascontiguousarray(truth, dtype=np.float64),
-        mask,
-        out,
-    )
+    rows = np.ascontiguousarray(pred, dtype=np.float64)
+    columns = np.ascontiguousarray(truth, dtype=np.float64)
+
+    def fill(start: int, stop: int) -> None:
+        # Each entry is one pair's own sum: splitting the rows between threads
+        # leaves every value as it is.
+        l1_distances(
+            rows[start:stop], columns, mask[start:stop] if mask.size else mask, out[start:stop]
+        )
+
+    # Thousands of perturbations x thousands of genes is minutes of work: spread it.
+    n_blocks = kernel_threads() if rows.shape[0] * columns.size > 1 << 24 else 1
+    run_ranges(fill, even_bounds(rows.shape[0], n_blocks))
     return out
 
 
