@@ -222,7 +222,7 @@ class ClusterSession:
         inputs = _RunInputs(self.group_stats(engine), dict(engine.pair_plan), tuple(candidates))
         shipped = self.client.scatter(inputs, broadcast=True, hash=False)
         workers = sorted(self.client.scheduler_info().get("workers", {}))
-        futures = []
+        futures: list[Any] = []
         for (function, arguments), condition in zip(tasks, conditions, strict=True):
             placement: dict[str, Any] = {}
             if condition is not None and workers:
