@@ -250,3 +250,34 @@ def test_large_l1_matrix_split_over_threads_equals_one_thread_and_scipy(masked):
         [cdist(p[None] * w, truth * w, "cityblock")[0] for p, w in zip(pred, weights, strict=True)]
     )
     np.testing.assert_allclose(spread, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_distinct_rows_are_those_numpy_unique_finds(masked):
+    from scperteval.metrics.dataset import _unique_rows
+
+    rng = np.random.default_rng(4)
+    base = rng.normal(size=(7, 5)).round(1)
+    base[2, 1] = 0.0
+    matrix = base[rng.integers(0, 7, size=60)]
+    matrix[::9, 1] = 0.0
+    matrix[::13, 1] = -0.0  # equal to 0.0 for np.unique as for the rows compared here
+    mask = (rng.random(matrix.shape) > 0.2).astype(float) if masked else None
+    key = matrix if mask is None else np.hstack([matrix, mask])
+    expected, expected_inverse = np.unique(key, axis=0, return_inverse=True)
+    kept, inverse = _unique_rows(np.ascontiguousarray(matrix), mask)
+    np.testing.assert_array_equal(key[kept], expected)
+    np.testing.assert_array_equal(inverse, expected_inverse.reshape(-1))
+    assert len(kept) < len(matrix)  # repeats were found
+
+
+def test_distinct_rows_compared_in_blocks(monkeypatch):
+    from scperteval.metrics import dataset
+
+    monkeypatch.setattr(dataset, "_COMPARE_BYTES", 3 * 8 * 4)  # three rows of 4 at a time
+    rng = np.random.default_rng(8)
+    matrix = rng.integers(0, 2, size=(40, 4)).astype(float)
+    expected, expected_inverse = np.unique(matrix, axis=0, return_inverse=True)
+    kept, inverse = dataset._unique_rows(matrix)
+    np.testing.assert_array_equal(matrix[kept], expected)
+    np.testing.assert_array_equal(inverse, expected_inverse.reshape(-1))

@@ -54,21 +54,85 @@ _DISTANCES = ("sqeuclidean", "l1", "cosine")
 # ------------------------------------------------------------------------- distances
 
 
-def _unique_rows(matrix: Float64Array) -> tuple[Float64Array, npt.NDArray[np.intp]]:
-    unique, inverse = np.unique(matrix, axis=0, return_inverse=True)
-    return unique, inverse.reshape(-1)
+#: Bytes of rows compared at a time when looking for repeated rows.
+_COMPARE_BYTES = 16 * 2**20
+
+
+def _as_records(matrix: Float64Array) -> np.ndarray:
+    """The rows as one record each (a field per column), without copying.
+
+    Records sort as ``np.unique(matrix, axis=0)`` sorts rows: column by column.
+    """
+    fields = [(f"f{i}", matrix.dtype) for i in range(matrix.shape[1])]
+    return np.ascontiguousarray(matrix).view(fields).reshape(-1)
+
+
+def _equal_to_previous(matrix: Float64Array, order: npt.NDArray[np.intp]) -> np.ndarray:
+    """``same[k]``: row ``order[k]`` equals row ``order[k - 1]`` (``same[0]`` is False)."""
+    n_rows = order.size
+    same = np.zeros(n_rows, dtype=bool)
+    step = max(1, _COMPARE_BYTES // max(1, matrix.shape[1] * matrix.itemsize))
+    for start in range(1, n_rows, step):
+        stop = min(n_rows, start + step)
+        same[start:stop] = (matrix[order[start:stop]] == matrix[order[start - 1 : stop - 1]]).all(
+            axis=1
+        )
+    return same
+
+
+def _unique_rows(
+    matrix: Float64Array, mask: Float64Array | None = None
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Distinct rows (of ``matrix``, or of ``matrix`` and ``mask`` side by side).
+
+    The rows ``np.unique(np.hstack([matrix, mask]), axis=0, return_inverse=True)``
+    finds, in its order, without its copies of the whole input (sorted, flattened
+    and stacked; several times the input for thousands of perturbations x genes):
+    records are sorted in place of rows, repeats found a block of rows at a time.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        The index of one row of each distinct kind, in sorted order, and for every
+        row the position of its kind.
+
+    """
+    n_rows = matrix.shape[0]
+    if n_rows == 0 or matrix.shape[1] == 0:
+        key = matrix if mask is None else np.hstack([matrix, mask])
+        _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        return first, inverse.reshape(-1)
+    # The sort np.unique uses; which of two equal rows comes first does not matter.
+    order = _as_records(matrix).argsort(kind="quicksort")
+    same = _equal_to_previous(matrix, order)
+    if mask is not None:
+        # Rows equal in ``matrix`` are ordered, and told apart, by their mask rows.
+        bounds = np.append(np.flatnonzero(~same), n_rows)
+        for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+            if stop - start > 1:
+                run = order[start:stop]
+                order[start:stop] = run[_as_records(mask[run]).argsort(kind="quicksort")]
+        same &= _equal_to_previous(mask, order)
+    first = ~same
+    inverse = np.empty(n_rows, dtype=np.intp)
+    inverse[order] = np.cumsum(first) - 1
+    return order[first], inverse
 
 
 def _distances_of_unique(
     pred: Float64Array, truth: Float64Array, keep: Float64Array | None, distance: str
 ) -> Float64Array:
+    """Distances between distinct rows; ``pred`` and ``truth`` may be overwritten."""
     if distance == "sqeuclidean":
         # A common shift leaves distances unchanged and shrinks the cancellation error
-        # of the expansion ||p||^2 + ||t||^2 - 2 p.t.
+        # of the expansion ||p||^2 + ||t||^2 - 2 p.t. The rows are the caller's own
+        # copies: shifted in place, not copied again.
         shift = truth.mean(axis=0)
-        p, t = pred - shift, truth - shift
+        pred -= shift
+        truth -= shift
+        p, t = pred, truth
         if keep is not None:
-            p = p * keep
+            p *= keep
             truth_norms = keep @ (t * t).T
         else:
             truth_norms = np.einsum("ij,ij->i", t, t)[None, :]
@@ -162,15 +226,14 @@ def distance_matrix(
             raise ValueError(f"keep has shape {mask.shape}, predictions {p.shape}")
     # BLAS may round identical rows differently depending on their position; computing
     # each distinct row once makes ties between identical rows exact.
-    key = p if mask is None else np.hstack([p, mask])
-    unique_key, pred_index = _unique_rows(key)
-    unique_pred = unique_key[:, : p.shape[1]]
-    unique_mask = None if mask is None else np.ascontiguousarray(unique_key[:, p.shape[1] :])
-    unique_truth, truth_index = _unique_rows(t)
-    unique_distances = _distances_of_unique(
-        np.ascontiguousarray(unique_pred), unique_truth, unique_mask, distance
-    )
-    result: Float64Array = unique_distances[pred_index][:, truth_index]
+    kept_pred, pred_index = _unique_rows(p, mask)
+    unique_pred = p[kept_pred]
+    unique_mask = None if mask is None else mask[kept_pred]
+    kept_truth, truth_index = _unique_rows(t)
+    unique_truth = t[kept_truth]
+    unique_distances = _distances_of_unique(unique_pred, unique_truth, unique_mask, distance)
+    del unique_pred, unique_truth, unique_mask
+    result: Float64Array = unique_distances[np.ix_(pred_index, truth_index)]
     return result
 
 
