@@ -283,6 +283,13 @@ def main(argv: list[str] | None = None) -> int:
         help="an earlier run's output folder: report whether every value is identical",
     )
     args = parser.parse_args(argv)
+    # Checked before a generation or run of many minutes, not after.
+    if args.cluster < 0:
+        parser.error(
+            f"--cluster must be 0 (a thread pool) or a number of workers, got {args.cluster}"
+        )
+    if args.compare_to and not (Path(args.compare_to) / "results.parquet").is_file():
+        parser.error(f"--compare-to {args.compare_to}: no results.parquet there")
 
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)

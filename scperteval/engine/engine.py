@@ -298,7 +298,10 @@ class Engine:
         that the file is read once per group; rows of a matrix in memory are cut
         afresh on each call instead of holding a copy of a large share of it.
         """
-        read = lambda: self.context.dataset.rows(self.perturbed_sample(covariate)[0])  # noqa: E731
+
+        def read() -> Any:
+            return self.context.dataset.rows(self.perturbed_sample(covariate)[0])
+
         if not self._keeps_sample_rows:
             return read()
         return self.memo(("sample_rows", covariate), read)
@@ -314,11 +317,16 @@ class Engine:
         return self.context.dataset.rows(self.perturbed_sample(covariate)[0][index])
 
     def sample_is_sparse(self, covariate: int) -> bool:
-        """Whether the group's sample rows are sparse (CSR) rather than dense."""
-        if self._keeps_sample_rows:
-            return sp.issparse(self.sample_rows(covariate))
-        first = self.perturbed_sample(covariate)[0][:1]
-        return sp.issparse(self.context.dataset.rows(first))
+        """Whether the group's sample rows are sparse (CSR) rather than dense; cached."""
+
+        def build() -> bool:
+            if self._keeps_sample_rows:
+                return sp.issparse(self.sample_rows(covariate))
+            # Asked for every population view: one row tells, not the whole sample.
+            first = self.perturbed_sample(covariate)[0][:1]
+            return sp.issparse(self.context.dataset.rows(first))
+
+        return self.memo(("sample_is_sparse", covariate), build)
 
     @property
     def _keeps_sample_rows(self) -> bool:
