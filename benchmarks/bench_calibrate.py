@@ -106,7 +106,7 @@ def protocol_groups() -> dict[str, str]:
 def ensure_dataset(name: str, workdir: Path, given: str | None) -> Path:
     """The dataset file: given, already in ``workdir``, or generated there."""
     if given:
-        return Path(given)
+        return Path(given).resolve()
     path = workdir / f"{name}.h5ad"
     if path.exists():
         return path
@@ -140,7 +140,10 @@ def measure(arguments: list[str], pythonpath: str | None, timeout: float) -> Mea
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     out = Path(arguments[arguments.index("--out") + 1])
     shutil.rmtree(out, ignore_errors=True)
-    measurement = measure_command(command, env, timeout)
+    # ``python -c`` puts the working directory first on the import path: run from
+    # the output's parent, so that a checkout in the current directory cannot
+    # shadow ``--baseline``'s copy.
+    measurement = measure_command(command, env, timeout, cwd=out.parent)
     run_json = out / "run.json"
     if measurement.returncode == 0 and run_json.exists():
         try:
@@ -150,7 +153,9 @@ def measure(arguments: list[str], pythonpath: str | None, timeout: float) -> Mea
     return measurement
 
 
-def measure_command(command: list[str], env: dict[str, str], timeout: float) -> Measurement:
+def measure_command(
+    command: list[str], env: dict[str, str], timeout: float, cwd: Path | None = None
+) -> Measurement:
     """Run ``command`` as a fresh process; its wall time and peak resident memory.
 
     Parameters
@@ -162,6 +167,8 @@ def measure_command(command: list[str], env: dict[str, str], timeout: float) -> 
     timeout
         Seconds after which the process is killed; the measurement then has an
         infinite time, a NaN peak, return code -1 and the tail ``"timed out"``.
+    cwd
+        Working directory of the process (default: this one).
 
     Returns
     -------
@@ -176,6 +183,7 @@ def measure_command(command: list[str], env: dict[str, str], timeout: float) -> 
                 done = subprocess.run(
                     ["/usr/bin/time", "-v", "-o", report.name, *command],
                     env=env,
+                    cwd=cwd,
                     capture_output=True,
                     text=True,
                     timeout=timeout,
@@ -193,7 +201,9 @@ def measure_command(command: list[str], env: dict[str, str], timeout: float) -> 
     else:
         # The child's own resource usage (its peak RSS, not the largest of all children).
         with tempfile.TemporaryFile("w+") as log:
-            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                command, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT
+            )
             watchdog = threading.Timer(timeout, process.kill)
             watchdog.start()
             _, status, usage = os.wait4(process.pid, 0)
@@ -272,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         if dataset == "S" and args.score:
             cases.append(("S", "score"))
 
-    files = {"norman": Path(args.norman_data)}
+    files = {"norman": Path(args.norman_data).resolve()}
     for dataset, _ in cases:
         if dataset not in files:
             given = args.s_data if dataset == "S" else args.m_data

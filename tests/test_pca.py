@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from scperteval.engine import pca
+from scperteval.engine import eigen, pca
 from scperteval.engine.pca import principal_axes
 
 
@@ -33,6 +33,9 @@ def expression_like(n_cells, n_genes, seed, density=0.3):
 def small_side(monkeypatch):
     monkeypatch.setattr(pca, "SMALL_SIDE", 40)
     monkeypatch.setattr(pca, "BLOCK_BYTES", 8 * 4096)  # several blocks per sample
+    # The Gram matrices' eigenpairs by band reduction, with several panels.
+    monkeypatch.setattr(eigen, "DIRECT_ORDER", 0)
+    monkeypatch.setattr(eigen, "BAND_WIDTH", 16)
 
 
 @pytest.mark.parametrize("shape", [(400, 150), (150, 400)], ids=["genes<cells", "genes>cells"])

@@ -3,9 +3,10 @@
 The leading ``k`` right singular vectors of the centred sample ``D`` (cells x
 genes) are the leading eigenvectors of the Gram matrix ``D^T D`` (genes x genes).
 For the usual sample (10,000 cells, a few thousand genes) forming that matrix by
-blocks of cells and asking LAPACK for its top ``k`` eigenpairs only is several
-times faster than a full SVD of ``D`` and never holds ``D`` densely: memory is the
-Gram matrix plus one block. When there are more genes than cells the cells' Gram
+blocks of cells and finding its top ``k`` eigenpairs only
+(:func:`~scperteval.engine.eigen.leading_eigenpairs`) is several times faster
+than a full SVD of ``D`` and never holds ``D`` densely: memory is the Gram matrix
+plus one block. When there are more genes than cells the cells' Gram
 matrix ``D D^T`` is used instead, and the axes are ``D^T u / s``.
 
 Squaring ``D`` squares its condition number, which matters only for the smallest
@@ -22,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.linalg as sla
 import scipy.sparse as sp
 
+from scperteval.engine.eigen import leading_eigenpairs
 from scperteval.kernels.threads import even_bounds, kernel_threads, run_ranges
 from scperteval.metrics.population import single_threaded_blas
 
@@ -137,18 +138,16 @@ def _add_outer_products(gram: np.ndarray, factor: np.ndarray, transposed: bool) 
         for which in range(first, stop):
             for start in starts[which::n_ranges]:
                 end = min(start + GRAM_TILE, size)
-                gram[start:, start:end] += left[start:] @ left[start:end].T
+                # Computed transposed so that the product has the Fortran layout of
+                # the Gram matrix: adding it then reads both in memory order.
+                gram[start:, start:end] += (left[start:end] @ left[start:].T).T
 
     run_ranges(tiles, even_bounds(n_ranges, n_ranges))
 
 
 def _top_eigenvectors(gram: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
     """Top ``k`` eigenpairs, largest first; ``None`` if the top ``k`` include zeros."""
-    size = gram.shape[0]
-    values, vectors = sla.eigh(
-        gram, subset_by_index=[size - k, size - 1], overwrite_a=True, check_finite=False
-    )
-    values, vectors = values[::-1], vectors[:, ::-1]
+    values, vectors = leading_eigenpairs(gram, k)
     if values[-1] <= _RANK_RTOL * max(values[0], 0.0) or values[0] <= 0:
         return None
     return values, vectors

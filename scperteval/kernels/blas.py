@@ -1,0 +1,152 @@
+"""Symmetric BLAS products in place on strided blocks of a larger matrix.
+
+scipy's Python wrappers of BLAS copy any output that is not a contiguous array,
+so updating the trailing block of a matrix in place through them costs a copy of
+the block in and out; numpy has no symmetric products at all. These call the
+same BLAS routines through scipy's Cython interface (located with numba's
+documented helper), passing the block's leading dimension, so the update happens
+where the block lives. The calls release the GIL.
+
+Every array passed is float64 with unit stride down its columns (Fortran order,
+or a block of a Fortran-ordered array).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+__all__ = ["symmetric_product", "symmetric_rank_2k_update"]
+
+_INT = ctypes.POINTER(ctypes.c_int)
+_DOUBLE = ctypes.POINTER(ctypes.c_double)
+_CHAR = ctypes.c_char_p
+
+
+@cache
+def _routine(name: str, *arguments: Any) -> Any:
+    from numba.extending import get_cython_function_address
+
+    address = get_cython_function_address("scipy.linalg.cython_blas", name)
+    return ctypes.CFUNCTYPE(None, *arguments)(address)
+
+
+def _leading_dimension(array: np.ndarray, name: str) -> int:
+    if array.dtype != np.float64:
+        raise TypeError(f"{name} must be float64, got {array.dtype}")
+    if array.ndim != 2:
+        raise ValueError(f"{name} must be two-dimensional, got {array.ndim} dimensions")
+    if array.shape[0] > 1 and array.strides[0] != array.itemsize:
+        raise ValueError(f"{name} must have unit stride down its columns (Fortran order)")
+    if array.shape[1] <= 1:
+        return max(1, array.shape[0])
+    leading, remainder = divmod(array.strides[1], array.itemsize)
+    if remainder or leading < max(1, array.shape[0]):
+        raise ValueError(f"{name} must have columns at least {array.shape[0]} values apart")
+    return int(leading)
+
+
+def _int(value: int) -> Any:
+    return ctypes.byref(ctypes.c_int(int(value)))
+
+
+def _double(value: float) -> Any:
+    return ctypes.byref(ctypes.c_double(float(value)))
+
+
+def _pointer(array: np.ndarray) -> Any:
+    return array.ctypes.data_as(_DOUBLE)
+
+
+def symmetric_product(lower: np.ndarray, factor: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out = A @ factor`` for the symmetric ``A`` stored in the lower triangle of ``lower``.
+
+    Parameters
+    ----------
+    lower
+        ``m x m``; only its lower triangle is read.
+    factor
+        ``m x n``.
+    out
+        ``m x n``, written.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``out``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> lower = np.asfortranarray([[2.0, np.nan], [1.0, 3.0]])
+    >>> symmetric_product(lower, np.asfortranarray(np.eye(2)), np.empty((2, 2), order="F"))
+    array([[2., 1.],
+           [1., 3.]])
+
+    """
+    size, width = factor.shape
+    if not out.flags.writeable:
+        raise ValueError("out is read-only")
+    if lower.shape != (size, size) or out.shape != (size, width):
+        raise ValueError(f"shapes {lower.shape}, {factor.shape}, {out.shape} do not match")
+    if size == 0 or width == 0:
+        return out
+    routine = _routine(
+        "dsymm", _CHAR, _CHAR, _INT, _INT, _DOUBLE, _DOUBLE, _INT, _DOUBLE, _INT, _DOUBLE,
+        _DOUBLE, _INT,
+    )  # fmt: skip
+    routine(
+        b"L", b"L", _int(size), _int(width), _double(1.0),
+        _pointer(lower), _int(_leading_dimension(lower, "lower")),
+        _pointer(factor), _int(_leading_dimension(factor, "factor")),
+        _double(0.0), _pointer(out), _int(_leading_dimension(out, "out")),
+    )  # fmt: skip
+    return out
+
+
+def symmetric_rank_2k_update(
+    lower: np.ndarray, first: np.ndarray, second: np.ndarray, alpha: float
+) -> None:
+    """``C += alpha * (first @ second.T + second @ first.T)`` on the lower triangle of ``C``.
+
+    Parameters
+    ----------
+    lower
+        ``m x m`` matrix ``C``, updated in place; only its lower triangle is read
+        and written.
+    first, second
+        ``m x k`` factors.
+    alpha
+        Scale of the update.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> lower = np.zeros((2, 2), order="F")
+    >>> ones = np.ones((2, 1), order="F")
+    >>> symmetric_rank_2k_update(lower, ones, ones, 0.5)
+    >>> lower
+    array([[1., 0.],
+           [1., 1.]])
+
+    """
+    size, rank = first.shape
+    if not lower.flags.writeable:
+        raise ValueError("lower is read-only")
+    if lower.shape != (size, size) or second.shape != (size, rank):
+        raise ValueError(f"shapes {lower.shape}, {first.shape}, {second.shape} do not match")
+    if size == 0 or rank == 0:
+        return
+    routine = _routine(
+        "dsyr2k", _CHAR, _CHAR, _INT, _INT, _DOUBLE, _DOUBLE, _INT, _DOUBLE, _INT, _DOUBLE,
+        _DOUBLE, _INT,
+    )  # fmt: skip
+    routine(
+        b"L", b"N", _int(size), _int(rank), _double(alpha),
+        _pointer(first), _int(_leading_dimension(first, "first")),
+        _pointer(second), _int(_leading_dimension(second, "second")),
+        _double(1.0), _pointer(lower), _int(_leading_dimension(lower, "lower")),
+    )  # fmt: skip

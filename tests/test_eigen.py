@@ -1,0 +1,166 @@
+"""Leading eigenpairs by band reduction equal LAPACK's symmetric solver."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.linalg as sla
+
+from scperteval.engine import eigen
+from scperteval.engine.eigen import leading_eigenpairs
+
+EPS = np.finfo(np.float64).eps
+
+
+@pytest.fixture
+def small_bands(monkeypatch):
+    """Narrow bands, so that small matrices take many panels."""
+    monkeypatch.setattr(eigen, "BAND_WIDTH", 8)
+    monkeypatch.setattr(eigen, "DIRECT_ORDER", 0)
+
+
+def lower_only(symmetric):
+    """What the solver is given: the lower triangle, garbage above it."""
+    stored = np.asfortranarray(np.tril(symmetric))
+    stored[np.triu_indices_from(stored, 1)] = np.nan
+    return stored
+
+
+def gram_of(n_rows, order, seed, decay):
+    rng = np.random.default_rng(seed)
+    factor = rng.normal(size=(n_rows, order)) * np.geomspace(1.0, decay, order)
+    return factor.T @ factor
+
+
+def reference(symmetric, k):
+    values, vectors = np.linalg.eigh(symmetric)
+    return values[::-1][:k], vectors[:, ::-1][:, :k]
+
+
+def aligned(vectors, expected):
+    return vectors * np.sign(np.sum(vectors * expected, axis=0))
+
+
+def check_eigenpairs(symmetric, values, vectors, k):
+    scale = np.abs(symmetric).sum(axis=0).max()
+    expected_values, _ = reference(symmetric, k)
+    np.testing.assert_allclose(values, expected_values, rtol=0, atol=20 * EPS * scale)
+    np.testing.assert_allclose(vectors.T @ vectors, np.eye(k), atol=1e-13)
+    residual = symmetric @ vectors - vectors * values
+    assert np.abs(residual).max() <= 50 * EPS * scale
+
+
+@pytest.mark.parametrize("order", [19, 37, 64, 101, 160])
+def test_clear_spectrum_equals_lapack(small_bands, order):
+    # Decaying spectrum: every gap is wide, so the vectors themselves are fixed.
+    symmetric = gram_of(3 * order, order, seed=order, decay=0.05)
+    k = min(10, order)
+    values, vectors = leading_eigenpairs(lower_only(symmetric), k)
+    check_eigenpairs(symmetric, values, vectors, k)
+    _, expected_vectors = reference(symmetric, k)
+    np.testing.assert_allclose(aligned(vectors, expected_vectors), expected_vectors, atol=1e-11)
+
+
+def test_flat_spectrum_spans_lapacks_subspace(small_bands):
+    # Noise-like data: eigenvalues a fraction of a percent apart, as in large
+    # synthetic screens; the k-dimensional subspace is what the projections use.
+    symmetric = gram_of(400, 150, seed=2, decay=1.0)
+    values, vectors = leading_eigenpairs(lower_only(symmetric), 20)
+    check_eigenpairs(symmetric, values, vectors, 20)
+    _, expected_vectors = reference(symmetric, 20)
+    gap = np.diff(np.linalg.eigvalsh(symmetric)[::-1][19:21])[0]
+    projector_error = np.abs(vectors @ vectors.T - expected_vectors @ expected_vectors.T).max()
+    assert projector_error <= 1e3 * EPS * np.abs(symmetric).max() / abs(gap)
+
+
+def test_default_width_on_a_gram_matrix_of_many_panels():
+    symmetric = gram_of(1500, 1300, seed=11, decay=0.2)
+    values, vectors = leading_eigenpairs(lower_only(symmetric), 30)
+    check_eigenpairs(symmetric, values, vectors, 30)
+    _, expected_vectors = reference(symmetric, 30)
+    np.testing.assert_allclose(aligned(vectors, expected_vectors), expected_vectors, atol=1e-11)
+
+
+def test_repeated_eigenvalues_get_orthonormal_vectors_of_their_eigenspace(small_bands):
+    rng = np.random.default_rng(5)
+    basis, _ = np.linalg.qr(rng.normal(size=(90, 90)))
+    spectrum = np.concatenate([[9.0, 7.0, 7.0, 7.0, 4.0, 4.0], rng.uniform(0, 2, size=84)])
+    symmetric = (basis * spectrum) @ basis.T
+    symmetric = (symmetric + symmetric.T) / 2
+    values, vectors = leading_eigenpairs(lower_only(symmetric), 6)
+    check_eigenpairs(symmetric, values, vectors, 6)
+    triple = vectors[:, 1:4]
+    expected_triple = basis[:, 1:4]
+    np.testing.assert_allclose(triple @ triple.T, expected_triple @ expected_triple.T, atol=1e-12)
+
+
+def test_low_rank_matrix_has_zero_trailing_eigenvalues(small_bands):
+    rng = np.random.default_rng(9)
+    factor = rng.normal(size=(3, 70))
+    symmetric = factor.T @ factor
+    values, vectors = leading_eigenpairs(lower_only(symmetric), 5)
+    check_eigenpairs(symmetric, values, vectors, 5)
+    assert np.all(np.abs(values[3:]) <= 50 * EPS * np.abs(symmetric).sum(axis=0).max())
+
+
+def test_zero_matrix(small_bands):
+    values, vectors = leading_eigenpairs(np.zeros((40, 40), order="F"), 3)
+    np.testing.assert_array_equal(values, np.zeros(3))
+    np.testing.assert_allclose(vectors.T @ vectors, np.eye(3), atol=1e-14)
+
+
+def test_banded_solver_fallback_gives_the_same_eigenpairs(small_bands, monkeypatch):
+    symmetric = gram_of(200, 80, seed=4, decay=0.05)
+    monkeypatch.setattr(eigen, "_inverse_iteration", lambda band, values: None)
+    values, vectors = leading_eigenpairs(lower_only(symmetric), 7)
+    check_eigenpairs(symmetric, values, vectors, 7)
+    _, expected_vectors = reference(symmetric, 7)
+    np.testing.assert_allclose(aligned(vectors, expected_vectors), expected_vectors, atol=1e-11)
+
+
+def test_inaccurate_vectors_are_refused(small_bands):
+    symmetric = gram_of(200, 80, seed=4, decay=0.05)
+    band_matrix = lower_only(symmetric)
+    eigen._reduce_to_band(band_matrix, 8)
+    band = eigen._lower_band(band_matrix, 8)
+    values = np.linalg.eigvalsh(symmetric)[::-1][:4]
+    assert eigen._inverse_iteration(band, values) is not None
+    assert eigen._inverse_iteration(band, values * (1 + 1e-6)) is None
+
+
+def test_same_bits_for_any_number_of_blas_threads(small_bands):
+    from threadpoolctl import threadpool_limits
+
+    symmetric = gram_of(300, 120, seed=8, decay=0.3)
+    results = []
+    for threads in (1, 2, 3):
+        with threadpool_limits(threads):
+            results.append(leading_eigenpairs(lower_only(symmetric), 12))
+    for values, vectors in results[1:]:
+        np.testing.assert_array_equal(values, results[0][0])
+        np.testing.assert_array_equal(vectors, results[0][1])
+
+
+def test_band_reduction_is_an_orthogonal_similarity(small_bands):
+    symmetric = gram_of(90, 60, seed=3, decay=0.5)
+    reduced = lower_only(symmetric)
+    panels = eigen._reduce_to_band(reduced, 8)
+    band = eigen._lower_band(reduced, 8)
+    full_band = np.zeros_like(symmetric)
+    for offset in range(9):
+        full_band += np.diag(band[offset, : 60 - offset], -offset)
+        if offset:
+            full_band += np.diag(band[offset, : 60 - offset], offset)
+    transform = np.eye(60)
+    eigen._apply_panels(reduced, panels, transform)
+    np.testing.assert_allclose(transform.T @ transform, np.eye(60), atol=1e-13)
+    np.testing.assert_allclose(transform @ full_band @ transform.T, symmetric, atol=1e-11)
+    np.testing.assert_allclose(sla.eigvalsh(full_band), np.linalg.eigvalsh(symmetric), atol=1e-11)
+
+
+@pytest.mark.parametrize(
+    ("shape", "k"), [((3, 4), 1), ((4, 4), 0), ((4, 4), 5)], ids=["not square", "k=0", "k>n"]
+)
+def test_bad_arguments(shape, k):
+    with pytest.raises(ValueError):
+        leading_eigenpairs(np.zeros(shape, order="F"), k)
