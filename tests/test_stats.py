@@ -110,6 +110,21 @@ def test_empty_is_identity(fmt):
     assert_stats_equal(empty.combine(empty), empty)
 
 
+@pytest.mark.parametrize("index", [0, 2, -1])
+def test_one_group_is_a_view_equal_to_selecting_it(index):
+    rng = np.random.default_rng(1)
+    stats = GroupStats(
+        n=rng.integers(1, 9, 4).astype(float), mean=rng.normal(size=(4, 6)), m2=rng.random((4, 6))
+    )
+    one = stats.group(index)
+    chosen = stats.select([index])
+    for name in ("n", "mean", "m2"):
+        np.testing.assert_array_equal(getattr(one, name), getattr(chosen, name))
+        assert np.shares_memory(getattr(one, name), getattr(stats, name))
+    with pytest.raises(IndexError):
+        stats.group(4)
+
+
 def test_combine_rejects_shape_mismatch():
     with pytest.raises(ValueError, match="cannot combine"):
         GroupStats.empty(2, 3).combine(GroupStats.empty(2, 4))

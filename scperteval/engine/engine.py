@@ -278,7 +278,7 @@ class Engine:
                 # condition's cells it is exactly the condition's "rest": the same
                 # statistics, not a recomputation that differs by rounding (a DE
                 # ranking of two identical populations would rank rounding noise).
-                return self.context.rest_stats().select([condition])
+                return self.context.rest_stats().group(condition)
             _, own = self.sample_split(condition)
             if own.size == 0:
                 return sample_stats

@@ -128,7 +128,7 @@ def _half_source(engine: SourceEngine, condition: int, half: str) -> SourceData:
     return SourceData(
         centroid=context.centroids(half)[condition],
         positions=engine.positions(condition, half),
-        moments=context.condition_stats(half).select([condition]),
+        moments=context.condition_stats(half).group(condition),
     )
 
 

@@ -98,8 +98,8 @@ def expressed(engine: Engine, condition: int) -> FeatureMap:
     candidate: it cannot be a DEG and only adds ties, which rewards any
     candidate that merely ranks expressed genes first.
     """
-    truth = engine.context.condition_stats(engine.truth_half).select([condition]).variance()[0]
-    rest = engine.context.rest_stats().select([condition]).variance()[0]
+    truth = engine.context.condition_stats(engine.truth_half).group(condition).variance()[0]
+    rest = engine.context.rest_stats().group(condition).variance()[0]
     genes = np.flatnonzero((np.nan_to_num(truth) > 0) | (np.nan_to_num(rest) > 0))
     if genes.size == 0:
         raise DegenerateInput("no gene varies in the truth or its reference")

@@ -122,7 +122,7 @@ def _de_view(
     large spread would rank high whatever the prediction.
     """
     assert space.genes is not None
-    rest = engine.context.rest_stats().select([condition])
+    rest = engine.context.rest_stats().group(condition)
     if source.moments is not None:
         moments = source.moments
         overestimate = engine.context.de_method == "t-test_overestim_var"

@@ -160,6 +160,24 @@ class GroupStats:
         """Statistics of a subset of groups (any numpy index)."""
         return GroupStats(n=self.n[index], mean=self.mean[index], m2=self.m2[index])
 
+    def group(self, index: int) -> GroupStats:
+        """Statistics of group ``index`` alone, as views of these arrays (no copy).
+
+        Parameters
+        ----------
+        index
+            Position of the group (negative counts from the end).
+
+        Returns
+        -------
+        GroupStats
+            One row; read it, do not write to it.
+
+        """
+        position = range(len(self.n))[index]
+        rows = slice(position, position + 1)
+        return GroupStats(n=self.n[rows], mean=self.mean[rows], m2=self.m2[rows])
+
     def allclose(self, other: GroupStats, rtol: float = 1e-12, atol: float = 1e-12) -> bool:
         """Whether two summaries agree to the given tolerances."""
         return bool(
