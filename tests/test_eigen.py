@@ -159,8 +159,16 @@ def test_band_reduction_is_an_orthogonal_similarity(small_bands):
 
 
 @pytest.mark.parametrize(
-    ("shape", "k"), [((3, 4), 1), ((4, 4), 0), ((4, 4), 5)], ids=["not square", "k=0", "k>n"]
+    ("matrix", "k"),
+    [
+        (np.zeros((3, 4), order="F"), 1),
+        (np.zeros((4, 4), order="F"), 0),
+        (np.zeros((4, 4), order="F"), 5),
+        (np.zeros((4, 4), dtype=np.float32, order="F"), 2),
+        (np.zeros((4, 4), order="C") + np.arange(4), 2),
+    ],
+    ids=["not square", "k=0", "k>n", "float32", "C order"],
 )
-def test_bad_arguments(shape, k):
+def test_bad_arguments(matrix, k):
     with pytest.raises(ValueError):
-        leading_eigenpairs(np.zeros(shape, order="F"), k)
+        leading_eigenpairs(matrix, k)

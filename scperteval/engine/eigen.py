@@ -73,7 +73,7 @@ def leading_eigenpairs(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarr
     ----------
     matrix
         Square float64 array in Fortran order whose lower triangle holds the
-        symmetric matrix (the upper triangle is ignored). It is overwritten.
+        symmetric matrix (the upper triangle is ignored). It may be overwritten.
     k
         Number of eigenpairs, ``1 <= k <= n``.
 
@@ -99,6 +99,8 @@ def leading_eigenpairs(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarr
         raise ValueError(f"expected a square matrix, got shape {matrix.shape}")
     if not 1 <= k <= order:
         raise ValueError(f"k must be between 1 and {order}, got {k}")
+    if matrix.dtype != np.float64 or not matrix.flags.f_contiguous:
+        raise ValueError("the matrix must be a float64 array in Fortran order")
     with single_threaded_blas():
         return _leading_eigenpairs(matrix, k)
 
