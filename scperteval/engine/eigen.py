@@ -112,7 +112,7 @@ def _leading_eigenpairs(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndar
         values, vectors = sla.eigh(
             matrix, lower=True, subset_by_index=[order - k, order - 1], check_finite=False
         )
-        return values[::-1], np.ascontiguousarray(vectors[:, ::-1])
+        return _largest_first(values, vectors)
     panels = _reduce_to_band(matrix, width)
     band = _lower_band(matrix, width)
     values = sla.eig_banded(
@@ -221,7 +221,7 @@ def _inverse_iteration(band: np.ndarray, values: np.ndarray) -> np.ndarray | Non
         for _ in range(4):
             shifted = general.copy()
             shifted[2 * width] -= shift
-            lu, pivots, info = lapack.dgbtrf(shifted, width, width)
+            lu, pivots, info = lapack.dgbtrf(shifted, width, width, overwrite_ab=1)
             if info == 0:
                 factors = (lu, pivots)
                 break
@@ -265,6 +265,11 @@ def _banded_solver(band: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     values, vectors = sla.eig_banded(
         band, lower=True, select="i", select_range=(order - k, order - 1), check_finite=False
     )
+    return _largest_first(values, vectors)
+
+
+def _largest_first(values: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """LAPACK's ascending eigenpairs in descending order."""
     return values[::-1], np.ascontiguousarray(vectors[:, ::-1])
 
 

@@ -24,6 +24,8 @@ __all__ = ["symmetric_product", "symmetric_rank_2k_update"]
 _INT = ctypes.POINTER(ctypes.c_int)
 _DOUBLE = ctypes.POINTER(ctypes.c_double)
 _CHAR = ctypes.c_char_p
+_TWO_FACTOR_SIGNATURE = (_CHAR, _CHAR, _INT, _INT, _DOUBLE, _DOUBLE, _INT, _DOUBLE, _INT, _DOUBLE,
+                         _DOUBLE, _INT)  # fmt: skip
 
 
 @cache
@@ -61,6 +63,31 @@ def _pointer(array: np.ndarray) -> Any:
     return array.ctypes.data_as(_DOUBLE)
 
 
+def _call_two_factor_routine(
+    name: str,
+    flags: tuple[bytes, bytes],
+    shape: tuple[int, int],
+    alpha: float,
+    operands: tuple[tuple[np.ndarray, str], tuple[np.ndarray, str]],
+    beta: float,
+    result: np.ndarray,
+    result_name: str,
+) -> None:
+    """Call ``dsymm`` or ``dsyr2k``, whose argument lists have the same form.
+
+    Two flags, two sizes, ``alpha``, two operands with their leading dimensions,
+    ``beta`` and the result with its leading dimension.
+    """
+    routine = _routine(name, *_TWO_FACTOR_SIGNATURE)
+    (first, first_name), (second, second_name) = operands
+    routine(
+        flags[0], flags[1], _int(shape[0]), _int(shape[1]), _double(alpha),
+        _pointer(first), _int(_leading_dimension(first, first_name)),
+        _pointer(second), _int(_leading_dimension(second, second_name)),
+        _double(beta), _pointer(result), _int(_leading_dimension(result, result_name)),
+    )  # fmt: skip
+
+
 def symmetric_product(lower: np.ndarray, factor: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``out = A @ factor`` for the symmetric ``A`` stored in the lower triangle of ``lower``.
 
@@ -94,15 +121,9 @@ def symmetric_product(lower: np.ndarray, factor: np.ndarray, out: np.ndarray) ->
         raise ValueError(f"shapes {lower.shape}, {factor.shape}, {out.shape} do not match")
     if size == 0 or width == 0:
         return out
-    routine = _routine(
-        "dsymm", _CHAR, _CHAR, _INT, _INT, _DOUBLE, _DOUBLE, _INT, _DOUBLE, _INT, _DOUBLE,
-        _DOUBLE, _INT,
-    )  # fmt: skip
-    routine(
-        b"L", b"L", _int(size), _int(width), _double(1.0),
-        _pointer(lower), _int(_leading_dimension(lower, "lower")),
-        _pointer(factor), _int(_leading_dimension(factor, "factor")),
-        _double(0.0), _pointer(out), _int(_leading_dimension(out, "out")),
+    _call_two_factor_routine(
+        "dsymm", (b"L", b"L"), (size, width), 1.0,
+        ((lower, "lower"), (factor, "factor")), 0.0, out, "out",
     )  # fmt: skip
     return out
 
@@ -140,13 +161,7 @@ def symmetric_rank_2k_update(
         raise ValueError(f"shapes {lower.shape}, {first.shape}, {second.shape} do not match")
     if size == 0 or rank == 0:
         return
-    routine = _routine(
-        "dsyr2k", _CHAR, _CHAR, _INT, _INT, _DOUBLE, _DOUBLE, _INT, _DOUBLE, _INT, _DOUBLE,
-        _DOUBLE, _INT,
-    )  # fmt: skip
-    routine(
-        b"L", b"N", _int(size), _int(rank), _double(alpha),
-        _pointer(first), _int(_leading_dimension(first, "first")),
-        _pointer(second), _int(_leading_dimension(second, "second")),
-        _double(1.0), _pointer(lower), _int(_leading_dimension(lower, "lower")),
+    _call_two_factor_routine(
+        "dsyr2k", (b"L", b"N"), (size, rank), alpha,
+        ((first, "first"), (second, "second")), 1.0, lower, "lower",
     )  # fmt: skip
