@@ -11,6 +11,7 @@ results do not depend on the number of threads.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -20,9 +21,9 @@ from scperteval.data.dataset import Dataset
 from scperteval.data.layout import HALVES, GroupLayout
 from scperteval.errors import SpecError
 from scperteval.metrics.weights import deg_weights_from_statistic
-from scperteval.stats.de_methods import DE_METHODS
+from scperteval.stats.de_methods import DE_METHODS, WELCH_METHODS
 from scperteval.stats.de_tables import PrecomputedDE
-from scperteval.stats.diffexp import REFERENCES, DEResult, adjust_pvalues, log_fold_change
+from scperteval.stats.diffexp import REFERENCES, DEResult, adjust_pvalues, welch_pvalues_between
 from scperteval.stats.groups import GroupStats, leave_one_out, merge_groups
 
 __all__ = ["Context"]
@@ -210,6 +211,16 @@ class Context:
         compute = self._de if table is None else self._de_from_table
         return self._memo.get(("de", *key), lambda: compute(method, reference, half))
 
+    def has_de(self, method: str | None = None, reference: str = "rest", half: str = "all") -> bool:
+        """Whether :meth:`de` of these arguments is cached already."""
+        return ("de", method or self.de_method, reference, half) in self._memo
+
+    def de_is_read(
+        self, method: str | None = None, reference: str = "rest", half: str = "all"
+    ) -> bool:
+        """Whether :meth:`de` of these arguments comes from a table given by the user."""
+        return (method or self.de_method, reference, half) in self._de_tables
+
     def use_de_table(self, table: PrecomputedDE) -> None:
         """Read DE of ``(table.method, table.reference, table.half)`` from ``table``.
 
@@ -251,13 +262,20 @@ class Context:
     def _de(self, method: str, reference: str, half: str) -> DEResult:
         target, ref = self._de_groups(reference, half)
         statistic, pvalue = DE_METHODS.get(method).func(self, target, ref, reference, half)
+        if method in WELCH_METHODS:
+            # Raw p-values only serve tables written on request: a t-test gives them
+            # again from the cached moments, bit for bit, instead of holding them.
+            pvalue_adj = adjust_pvalues(pvalue, overwrite=True)
+            overestimate = method == "t-test_overestim_var"
+            pvalue = partial(welch_pvalues_between, target, ref, overestimate)
+        else:
+            pvalue_adj = adjust_pvalues(pvalue)
         return DEResult(
             conditions=self.layout.conditions,
             genes=self.genes,
             statistic=statistic,
             pvalue=pvalue,
-            pvalue_adj=adjust_pvalues(pvalue),
-            log_fold_change=log_fold_change(target.mean, ref.mean),
+            pvalue_adj=pvalue_adj,
             mean_target=target.mean,
             mean_reference=ref.mean,
             method=method,

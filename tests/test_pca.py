@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -116,3 +118,20 @@ def test_sample_read_by_blocks_gives_the_same_axes(small_side, shape):
     if shape[1] < shape[0]:
         # The gene Gram route reads blocks only, never the whole sample.
         assert max(asked) < shape[0] and sum(asked) == 2 * shape[0]
+
+
+@pytest.mark.parametrize("shape", [(400, 150), (150, 400)], ids=["genes<cells", "genes>cells"])
+def test_gram_matrix_in_small_pages_gives_the_same_axes(small_side, shape, monkeypatch):
+    sample = sp.csr_matrix(expression_like(*shape, seed=9))
+    monkeypatch.setattr(pca, "SMALL_PAGES_BYTES", 1 << 62)
+    from_numpy = principal_axes(sample, 8)
+    monkeypatch.setattr(pca, "SMALL_PAGES_BYTES", 0)
+    mapped = pca._lower_half_matrix(150)
+    assert mapped.flags.f_contiguous and mapped.flags.writeable and not mapped.any()
+    owner = mapped
+    while isinstance(owner, np.ndarray):
+        owner = owner.base
+    assert isinstance(owner.obj, mmap.mmap)  # its own mapping, not numpy's memory
+    from_mapping = principal_axes(sample, 8)
+    np.testing.assert_array_equal(from_mapping[0], from_numpy[0])
+    np.testing.assert_array_equal(from_mapping[1], from_numpy[1])

@@ -66,3 +66,55 @@ def test_a_pool_fits_each_shared_space_once_per_covariate_group(monkeypatch):
     protocols = "energy_pca,pearson_delta_ctrl,rank_pca,mse,mmd_pca"
     scperteval.calibrate(adata, protocols, covariate_key="cell_line", workers=3)
     assert len(fits) == 2
+
+
+def test_a_bounded_queue_runs_every_task_once_with_the_same_values(monkeypatch):
+    import concurrent.futures as cf
+    import threading
+
+    import numpy as np
+
+    import scperteval
+    from scperteval.engine import dispatch
+
+    adata = scperteval.simulate(
+        n_perturbations=8, n_genes=60, cells_per_perturbation=30, n_covariates=2, seed=4
+    )
+    protocols = "pearson_delta_ctrl,mse,rank_full,de_auroc"
+    expected = scperteval.calibrate(adata, protocols, covariate_key="cell_line", workers=2)
+    tasks = (dispatch._perturbation_task, dispatch._dataset_task)
+    submitted = []
+    in_flight = []
+
+    class CountingPool(cf.ThreadPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.waiting = 0
+            self.lock = threading.Lock()
+
+        def submit(self, fn, /, *args, **kwargs):
+            future = super().submit(fn, *args, **kwargs)
+            if fn in tasks:
+                with self.lock:
+                    self.waiting += 1
+                    submitted.append((fn.__name__, args[1].name, args[2]))
+                    in_flight.append(self.waiting)
+                future.add_done_callback(self._done)
+            return future
+
+        def _done(self, _future):
+            with self.lock:
+                self.waiting -= 1
+
+    monkeypatch.setattr(dispatch, "MIN_QUEUED_TASKS", 3)
+    monkeypatch.setattr(dispatch, "QUEUED_TASKS_PER_WORKER", 1)
+    with CountingPool(max_workers=2) as pool:
+        found = scperteval.calibrate(
+            adata, protocols, covariate_key="cell_line", workers=2, executor=pool
+        )
+    np.testing.assert_array_equal(found.results["value"].to_numpy(), expected.results["value"])
+    assert found.results.equals(expected.results)
+    # Each task once: 16 perturbations x 3 protocols, and the dataset protocol once
+    # per covariate group; never more than three queued or running at a time.
+    assert len(submitted) == len(set(submitted)) == 16 * 3 + 2
+    assert max(in_flight) <= 3

@@ -271,8 +271,7 @@ class Dataset:
         """The kept cells of one of :meth:`chunk_slices` (CSR or dense, normalised if asked)."""
         start, stop = positions.start, positions.stop
         matrix = self.matrix()
-        whole = self.cell_index.shape[0] == self.adata.n_obs
-        if not self.is_backed and whole and not self.normalize and not is_dask(matrix):
+        if self._stored_as_kept(matrix):
             # In-memory rows are views, not copies: the whole dense matrix, or CSR row ranges.
             if not sp.issparse(matrix) and start == 0 and stop >= self.n_cells:
                 return np.asarray(matrix)
@@ -280,6 +279,22 @@ class Dataset:
                 return csr_row_view(matrix, start, stop)
         block = read_matrix_rows(matrix, self.cell_index[start:stop], max(stop - start, 1))
         return normalize_log1p(block) if self.normalize else block
+
+    def resident_csr(self) -> sp.csr_matrix | None:
+        """The kept cells as the CSR matrix held in memory, not a copy; ``None`` otherwise.
+
+        Only when that matrix's rows are the kept cells in order and its values are
+        used as stored (no subset dropping cells, no normalisation, not backed and
+        not a dask array): row ``i`` is then the cell at position ``i``. Read only.
+        """
+        matrix = self.matrix()
+        if self._stored_as_kept(matrix) and sp.issparse(matrix) and matrix.format == "csr":
+            return matrix
+        return None
+
+    def _stored_as_kept(self, matrix: Any) -> bool:
+        whole = self.cell_index.shape[0] == self.adata.n_obs
+        return not self.is_backed and whole and not self.normalize and not is_dask(matrix)
 
     def iter_chunks(self, chunk_cells: int | None = None) -> Iterator[tuple[slice, Any]]:
         """Yield ``(positions, block)`` over the kept cells in order.

@@ -12,10 +12,12 @@ A candidate whose computation fails gets NaN and the reason, never a lost run.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import itertools
 import math
 import numbers
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -198,7 +200,7 @@ def _run_protocols(
             if progress is not None:
                 progress(1)
         return _sorted_table(engine, rows)
-    futures: list[cf.Future[list[dict[str, Any]]]] = []
+    futures: set[cf.Future[list[dict[str, Any]]]] = set()
     warm: list[cf.Future[None]] = []
     try:
         if pool is None:
@@ -219,14 +221,21 @@ def _run_protocols(
                 pool.submit(_warm_task, engine, protocol, condition, candidates)
                 for protocol, condition in _warm_ups(engine, protocols)
             ]
-            futures = [
-                pool.submit(function, engine, *arguments, candidates)
-                for function, arguments in tasks
-            ]
-            for future in cf.as_completed(futures):
-                rows.extend(future.result())
-                if progress is not None:
-                    progress(1)
+            # A bounded number of tasks is queued at a time: tens of thousands of
+            # queued tasks hold tens of megabytes for nothing.
+            waiting = iter(tasks)
+            limit = max(MIN_QUEUED_TASKS, QUEUED_TASKS_PER_WORKER * workers)
+            while True:
+                for function, arguments in itertools.islice(waiting, limit - len(futures)):
+                    futures.add(pool.submit(function, engine, *arguments, candidates))
+                if not futures:
+                    break
+                completed, _ = cf.wait(futures, return_when=cf.FIRST_COMPLETED)
+                for task_future in completed:
+                    futures.discard(task_future)
+                    rows.extend(task_future.result())
+                    if progress is not None:
+                        progress(1)
             for done in warm:
                 done.result()
     except BaseException:
@@ -286,6 +295,10 @@ def _fit_task(engine: Engine, space: str, condition: int) -> None:
         # The tasks record the reason for every perturbation of the group.
         return
 
+
+#: Tasks queued on the pool at a time, per worker thread, and at least.
+QUEUED_TASKS_PER_WORKER = 8
+MIN_QUEUED_TASKS = 32
 
 #: More threads than this rarely pay: tasks then wait on memory bandwidth.
 MAX_DEFAULT_WORKERS = 8
@@ -544,8 +557,13 @@ def _dataset_task(
     for role, name, getter in named:
         try:
             key = _candidate_key(protocol, name, getter, named_registered[name])
-            candidate = _stack(engine, protocol, conditions, space, references, getter, key)
-            values = np.asarray(protocol.metric(truth, candidate, ctx), dtype=np.float64)
+            # The candidate's stack is freed on return, before the next one is built.
+            values = _dataset_values(
+                protocol,
+                truth,
+                ctx,
+                partial(_stack, engine, protocol, conditions, space, references, getter, key),
+            )
             reasons = ["" if math.isfinite(v) else UNDEFINED_REASON for v in values]
         except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
             values = np.full(len(conditions), math.nan)
@@ -553,6 +571,12 @@ def _dataset_task(
         for k, value, reason in zip(conditions, values, reasons, strict=True):
             rows.append(_row(engine, int(k), protocol, role, name, float(value), reason))
     return rows
+
+
+def _dataset_values(
+    protocol: Protocol, truth: np.ndarray, ctx: DatasetContext, stack: Callable[[], Any]
+) -> np.ndarray:
+    return np.asarray(protocol.metric(truth, stack(), ctx), dtype=np.float64)
 
 
 def _stack(

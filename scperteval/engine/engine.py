@@ -147,19 +147,35 @@ class Engine:
         return self.context.de(reference="rest", half=self.truth_half)
 
     def dataset_means(self) -> np.ndarray:
-        """Per condition, the mean of the other perturbations' centroids in its group."""
-        return self.memo("dataset_means", self._dataset_means)
+        """Per condition, the mean of the other perturbations' centroids in its group.
 
-    def _dataset_means(self) -> np.ndarray:
+        Built afresh on each call: the sources take one row at a time
+        (:meth:`dataset_mean`), and a cached table would hold a row per condition
+        for the whole run.
+        """
+        return np.vstack([self.dataset_mean(k) for k in range(self.context.layout.n_conditions)])
+
+    def dataset_mean(self, condition: int) -> np.ndarray:
+        """The mean of the centroids of the other perturbations of the condition's group.
+
+        ``(total - own) / (count - 1)`` from the group's cached sum of centroids;
+        NaN where the condition is alone in its group.
+        """
+        totals, counts = self.memo("centroid_totals", self._centroid_totals)
+        covariate = self.covariate_index(condition)
+        own_count = float(counts[covariate]) - 1.0
+        if own_count <= 0:
+            return np.full(totals.shape[1], np.nan)
+        centroid = self.context.centroids("all")[condition]
+        return (totals[covariate] - centroid) / own_count
+
+    def _centroid_totals(self) -> tuple[np.ndarray, np.ndarray]:
         layout = self.context.layout
         centroids = self.context.centroids("all")
         totals = np.zeros((len(layout.covariates), centroids.shape[1]))
         np.add.at(totals, layout.condition_covariate, centroids)
         counts = np.bincount(layout.condition_covariate, minlength=len(layout.covariates))
-        own_counts = counts[layout.condition_covariate].astype(np.float64) - 1.0
-        with np.errstate(invalid="ignore", divide="ignore"):
-            means = (totals[layout.condition_covariate] - centroids) / own_counts[:, None]
-        return np.where(own_counts[:, None] > 0, means, np.nan)
+        return _read_only(totals), counts
 
     def control_mean(self, condition: int) -> np.ndarray:
         """Mean expression of the control cells of a condition's covariate group (read-only).
@@ -214,8 +230,17 @@ class Engine:
         )
 
     def moments_of(self, positions: np.ndarray) -> GroupStats:
-        """One-group statistics of the cells at ``positions``."""
-        return self._rows_moments(self.context.dataset.rows(np.sort(positions)))
+        """One-group statistics of the cells at ``positions`` (distinct)."""
+        positions = np.sort(positions)
+        resident = self.context.dataset.resident_csr()
+        if resident is not None and not np.any(positions[1:] == positions[:-1]):
+            # The kernel reads only the rows of the group, in ascending order as
+            # from a copy of them: the same sums, without copying the rows.
+            codes = np.full(resident.shape[0], -1, dtype=np.int64)
+            codes[positions] = 0
+            with serial_kernels():
+                return GroupStats.from_chunk(resident, codes, 1)
+        return self._rows_moments(self.context.dataset.rows(positions))
 
     def sample_moments(self, covariate: int, index: np.ndarray) -> GroupStats:
         """One-group statistics of the rows ``index`` (ascending) of the group's sample.

@@ -46,8 +46,8 @@ class SourceEngine(Protocol):
         """Positions of a condition's cells (all, truth half or duplicate)."""
         ...  # pragma: no cover
 
-    def dataset_means(self) -> np.ndarray:
-        """Leave-one-out mean of the perturbation centroids, per condition."""
+    def dataset_mean(self, condition: int) -> np.ndarray:
+        """Leave-one-out mean of the perturbation centroids of the condition's group."""
         ...  # pragma: no cover
 
     def control_mean(self, condition: int) -> np.ndarray:
@@ -107,6 +107,10 @@ class SourceData:
         control, scored with ``control="predicted"``): its deltas against the control,
         its DE and its energy distance to the control are then taken against them.
         ``None`` (every other source) uses the measured control cells.
+    half
+        ``all``, ``truth`` or ``duplicate`` when the source is that share of the
+        perturbation's own cells, whose DE against the rest is then a row of the
+        run's DE table of that half; else ``None``.
 
     """
 
@@ -116,6 +120,7 @@ class SourceData:
     moments: GroupStats | None = None
     sample: tuple[int, np.ndarray] | None = None
     control: SourceData | None = None
+    half: str | None = None
 
     @property
     def has_cells(self) -> bool:
@@ -129,6 +134,7 @@ def _half_source(engine: SourceEngine, condition: int, half: str) -> SourceData:
         centroid=context.centroids(half)[condition],
         positions=engine.positions(condition, half),
         moments=context.condition_stats(half).group(condition),
+        half=half,
     )
 
 
@@ -168,7 +174,7 @@ def interpolated_duplicate(engine: SourceEngine, condition: int) -> SourceData:
     alpha = np.where(np.isfinite(padj), 1.0 - padj, 0.0)
     duplicate = context.centroids("duplicate")[condition]
     return SourceData(
-        centroid=alpha * duplicate + (1.0 - alpha) * engine.dataset_means()[condition]
+        centroid=alpha * duplicate + (1.0 - alpha) * engine.dataset_mean(condition)
     )
 
 
@@ -179,7 +185,7 @@ def interpolated_duplicate(engine: SourceEngine, condition: int) -> SourceData:
 )
 def dataset_mean(engine: SourceEngine, condition: int) -> SourceData:
     """Mean of the centroids of the covariate group's other perturbations (leave-one-out)."""
-    return SourceData(centroid=engine.dataset_means()[condition])
+    return SourceData(centroid=engine.dataset_mean(condition))
 
 
 @SOURCES.register(

@@ -14,7 +14,13 @@ from scperteval.engine.sources import SourceData
 from scperteval.engine.spaces import space_is_per_condition
 from scperteval.metrics import DegenerateInput, DEView, PerturbationContext
 from scperteval.metrics.weights import deg_weights_from_statistic
-from scperteval.stats.diffexp import adjust_pvalues, welch_between, welch_statistic_between
+from scperteval.stats.de_methods import WELCH_METHODS
+from scperteval.stats.diffexp import (
+    DEResult,
+    adjust_pvalues,
+    welch_between,
+    welch_statistic_between,
+)
 
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
@@ -28,7 +34,7 @@ def centering_vector(engine: Engine, centering: str, condition: int) -> np.ndarr
     if centering == "control":
         return engine.control_mean(condition)
     if centering == "perturbed":
-        return engine.dataset_means()[condition]
+        return engine.dataset_mean(condition)
     return None
 
 
@@ -122,6 +128,13 @@ def _de_view(
     large spread would rank high whatever the prediction.
     """
     assert space.genes is not None
+    table = _de_table_holding(engine, source)
+    if table is not None:
+        statistic = table.statistic[condition]
+        return DEView(
+            statistic=statistic[space.genes],
+            pvalue_adj=lambda: np.asarray(table.pvalue_adj[condition][space.genes]),
+        )
     rest = engine.context.rest_stats().group(condition)
     if source.moments is not None:
         moments = source.moments
@@ -145,6 +158,27 @@ def _de_view(
     statistic = np.where(np.isfinite(statistic), statistic, 0.0)
     padj = np.full(statistic.shape, np.nan)
     return DEView(statistic=statistic[space.genes], pvalue_adj=padj[space.genes])
+
+
+def _de_table_holding(engine: Engine, source: SourceData) -> DEResult | None:
+    """The run's DE table of which the source's DE is a row, or ``None``.
+
+    A share of the perturbation's own cells (the truth, the technical duplicate)
+    tested against the rest by a t-test is a row of the context's DE of that share:
+    the same moments through the same kernel, so the same values bit for bit. The
+    truth's table is computed for every DE protocol anyway; another share's is used
+    only once it is computed. A table read from a file stands for the truth's DE in
+    weights and DEG sets, but the view keeps testing the cells themselves.
+    """
+    context = engine.context
+    half = source.half
+    if half is None or source.control is not None or context.de_method not in WELCH_METHODS:
+        return None
+    if context.de_is_read(reference="rest", half=half):
+        return None
+    if half != engine.truth_half and not context.has_de(reference="rest", half=half):
+        return None
+    return context.de(reference="rest", half=half)
 
 
 def metric_context(

@@ -22,9 +22,12 @@ from scperteval.registry import Registry
 from scperteval.stats.diffexp import welch_between
 from scperteval.stats.groups import GroupStats
 
-__all__ = ["DE_METHODS", "CellAccess"]
+__all__ = ["DE_METHODS", "WELCH_METHODS", "CellAccess"]
 
 DE_METHODS = Registry("DE method")
+#: The methods that are Welch's t-test on the groups' moments (their values follow
+#: from the statistics alone, without reading cells).
+WELCH_METHODS = ("t-test", "t-test_overestim_var")
 
 
 class CellAccess(Protocol):

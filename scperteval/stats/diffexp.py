@@ -20,7 +20,8 @@ Conventions, chosen to match scanpy's ``rank_genes_groups``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ __all__ = [
     "welch_t_test",
     "welch_between",
     "welch_statistic_between",
+    "welch_pvalues_between",
     "two_sided_t_pvalues",
     "REFERENCES",
     "log_fold_change",
@@ -58,25 +60,75 @@ DE_COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
 class DEResult:
     """Differential expression of many perturbations over the same genes.
 
     Every array has shape ``(n_conditions, n_genes)``; row ``k`` belongs to
     ``conditions[k]`` and column ``g`` to ``genes[g]``.
+
+    Raw p-values and log fold changes are needed only to write or show a table,
+    not by any metric; they may be given as a zero-argument function, called on
+    first access (its value is then kept), so that a cached result does not hold
+    them. A fold change left out is computed from the two mean tables.
     """
 
-    conditions: tuple[Condition, ...]
-    genes: pd.Index
-    statistic: np.ndarray
-    pvalue: np.ndarray
-    pvalue_adj: np.ndarray
-    log_fold_change: np.ndarray
-    mean_target: np.ndarray
-    mean_reference: np.ndarray
-    method: str = "t-test"
-    reference: str = "rest"
-    half: str = "all"
+    def __init__(
+        self,
+        conditions: tuple[Condition, ...],
+        genes: pd.Index,
+        statistic: np.ndarray,
+        pvalue: np.ndarray | Callable[[], np.ndarray],
+        pvalue_adj: np.ndarray,
+        mean_target: np.ndarray,
+        mean_reference: np.ndarray,
+        log_fold_change: np.ndarray | None = None,
+        method: str = "t-test",
+        reference: str = "rest",
+        half: str = "all",
+    ) -> None:
+        self.conditions = conditions
+        self.genes = genes
+        self.statistic = statistic
+        self.pvalue_adj = pvalue_adj
+        self.mean_target = mean_target
+        self.mean_reference = mean_reference
+        self.method = method
+        self.reference = reference
+        self.half = half
+        self._pvalue = pvalue
+        self._log_fold_change = log_fold_change
+        self._lock = threading.Lock()
+
+    @property
+    def pvalue(self) -> np.ndarray:
+        """Two-sided p-values before adjustment."""
+        with self._lock:
+            if callable(self._pvalue):
+                self._pvalue = np.asarray(self._pvalue())
+            return self._pvalue
+
+    @property
+    def log_fold_change(self) -> np.ndarray:
+        """Log2 fold change of the target over the reference (:func:`log_fold_change`)."""
+        with self._lock:
+            if self._log_fold_change is None:
+                self._log_fold_change = log_fold_change(self.mean_target, self.mean_reference)
+            return self._log_fold_change
+
+    def __repr__(self) -> str:
+        n_conditions, n_genes = self.statistic.shape
+        return (
+            f"DEResult({self.method}, reference={self.reference!r}, half={self.half!r}, "
+            f"{n_conditions} perturbations x {n_genes} genes)"
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A lock belongs to one process; the deferred columns travel as they are.
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def row(self, covariate: str, perturbation: str) -> int:
         """Row index of a condition; ``KeyError`` naming it when absent."""
@@ -285,6 +337,27 @@ def welch_between(
     return _welch_rows(target, reference, overestimate_variance, with_pvalues=True)
 
 
+def welch_pvalues_between(
+    target: GroupStats, reference: GroupStats, overestimate_variance: bool = False
+) -> np.ndarray:
+    """The two-sided p-values of :func:`welch_between` alone (the same values).
+
+    Parameters
+    ----------
+    target, reference
+        Statistics of the target and reference groups, row by row.
+    overestimate_variance
+        Scanpy's ``t-test_overestim_var``.
+
+    Returns
+    -------
+    numpy.ndarray
+        P-values, ``(n_groups, n_genes)``.
+
+    """
+    return welch_between(target, reference, overestimate_variance)[1]
+
+
 def _welch_rows(
     target: GroupStats, reference: GroupStats, overestimate_variance: bool, with_pvalues: bool
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -298,8 +371,10 @@ def _welch_rows(
     bounds = _row_blocks(int(np.prod(shape)), shape[0])
     statistic = np.empty(shape)
     pvalue = np.empty(shape if with_pvalues else (0, 0))
-    n_target, mean_target, m2_target = target.contiguous_arrays()
-    n_reference, mean_reference, m2_reference = reference.contiguous_arrays()
+    # A half of each perturbation is every other row of the group statistics:
+    # read in place, not copied.
+    n_target, mean_target, m2_target = target.row_contiguous_arrays()
+    n_reference, mean_reference, m2_reference = reference.row_contiguous_arrays()
 
     def block(start: int, stop: int) -> None:
         left = welch_rows(
@@ -365,7 +440,7 @@ def log_fold_change(mean_target: np.ndarray, mean_reference: np.ndarray) -> np.n
     return out
 
 
-def adjust_pvalues(pvalues: np.ndarray) -> np.ndarray:
+def adjust_pvalues(pvalues: np.ndarray, *, overwrite: bool = False) -> np.ndarray:
     """Benjamini-Hochberg adjusted p-values across genes (last axis).
 
     Identical values to ``scipy.stats.false_discovery_control(pvalues, axis=-1,
@@ -377,6 +452,10 @@ def adjust_pvalues(pvalues: np.ndarray) -> np.ndarray:
     ----------
     pvalues
         P-values in ``[0, 1]``, one family of tests along the last axis.
+    overwrite
+        Write the adjusted values over ``pvalues`` when it is a C-contiguous float64
+        array with more than one test per family (the result is then that array),
+        sparing a second array of its size; its raw values are lost.
 
     Returns
     -------
@@ -401,7 +480,8 @@ def adjust_pvalues(pvalues: np.ndarray) -> np.ndarray:
 
     rows = np.ascontiguousarray(pvalues).reshape(-1, pvalues.shape[-1])
     bounds = _row_blocks(rows.size, rows.shape[0])
-    out = np.empty(rows.shape)
+    # In place is safe: the pass reads each p-value once, before writing its result.
+    out = rows if overwrite else np.empty(rows.shape)
 
     def block(start: int, stop: int) -> bool:
         order = np.argsort(rows[start:stop], axis=-1)

@@ -148,6 +148,25 @@ class GroupStats:
             np.ascontiguousarray(self.m2, dtype=np.float64),
         )
 
+    def row_contiguous_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``n``, ``mean`` and ``m2`` as float64 arrays whose rows are contiguous.
+
+        Like :meth:`contiguous_arrays`, but a selection of whole rows (every other
+        group, as a half of each perturbation is) is passed as it is rather than
+        copied: compiled kernels reading row by row take it as well.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            The arrays; copies only where a row is not contiguous.
+
+        """
+        return (
+            np.ascontiguousarray(self.n, dtype=np.float64),
+            _with_contiguous_rows(self.mean),
+            _with_contiguous_rows(self.m2),
+        )
+
     def variance(self, ddof: int = 1) -> np.ndarray:
         """Per-group feature variances; NaN where a group has ``n <= ddof`` cells."""
         denominator = (self.n - ddof)[:, None]
@@ -185,6 +204,18 @@ class GroupStats:
             and np.allclose(self.mean, other.mean, rtol=rtol, atol=atol)
             and np.allclose(self.m2, other.m2, rtol=rtol, atol=atol)
         )
+
+
+def _with_contiguous_rows(values: np.ndarray) -> np.ndarray:
+    values = np.asarray(values)
+    if (
+        values.dtype == np.float64
+        and values.ndim == 2
+        and values.strides[1] == values.itemsize
+        and values.strides[0] >= 0
+    ):
+        return values
+    return np.ascontiguousarray(values, dtype=np.float64)
 
 
 def _sparse_moments(
