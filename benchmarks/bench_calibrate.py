@@ -140,6 +140,7 @@ def measure(arguments: list[str], pythonpath: str | None, timeout: float) -> Mea
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     out = Path(arguments[arguments.index("--out") + 1])
     shutil.rmtree(out, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     # ``python -c`` puts the working directory first on the import path: run from
     # the output's parent, so that a checkout in the current directory cannot
     # shadow ``--baseline``'s copy.

@@ -38,6 +38,14 @@ SAMPLE_POINTS_BYTES = 256 * 2**20
 PAIR_STORE_BYTES = 1024 * 2**20
 #: Memory bound for the mapped cells kept for the next population protocol (bytes).
 POPULATION_POINTS_BYTES = 64 * 2**20
+#: Memory bound for the statistics of samples without a perturbation's cells, kept
+#: for the perturbation's next protocols (bytes).
+SAMPLE_WITHOUT_BYTES = 16 * 2**20
+
+
+def _owned_bytes(stats: GroupStats) -> int:
+    """Bytes of the statistics' own arrays (views of cached tables count nothing)."""
+    return sum(a.nbytes for a in (stats.n, stats.mean, stats.m2) if a.base is None)
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
@@ -100,6 +108,7 @@ class Engine:
         #: Cells of a source mapped to a space, shared by the protocols on that space
         #: (see :func:`population_points`).
         self._points_store = BoundedStore(POPULATION_POINTS_BYTES)
+        self._sample_without_store = BoundedStore(SAMPLE_WITHOUT_BYTES)
         #: Sums over pairs that the run's population protocols will ask for, by space
         #: (see :mod:`scperteval.engine.fastpath`).
         self.pair_plan: dict[str, frozenset[Any]] = {}
@@ -314,7 +323,9 @@ class Engine:
                 own_stats = GroupStats.from_chunk(own_rows, np.zeros(own.size, dtype=np.int64), 1)
             return subtract_group(sample_stats, own_stats)
 
-        return self.memo(("sample_without", condition), build)
+        # Not kept for the whole run (two gene-long rows per perturbation): the tasks
+        # that ask for it run perturbation by perturbation, so a few suffice.
+        return self._sample_without_store.get(condition, build, _owned_bytes)
 
     def sample_rows(self, covariate: int) -> Any:
         """Cells x genes rows of the group's perturbed sample (CSR or dense).
