@@ -211,15 +211,28 @@ class Context:
         compute = self._de if table is None else self._de_from_table
         return self._memo.get(("de", *key), lambda: compute(method, reference, half))
 
-    def has_de(self, method: str | None = None, reference: str = "rest", half: str = "all") -> bool:
-        """Whether :meth:`de` of these arguments is cached already."""
-        return ("de", method or self.de_method, reference, half) in self._memo
-
-    def de_is_read(
+    def de_origin(
         self, method: str | None = None, reference: str = "rest", half: str = "all"
-    ) -> bool:
-        """Whether :meth:`de` of these arguments comes from a table given by the user."""
-        return (method or self.de_method, reference, half) in self._de_tables
+    ) -> str | None:
+        """Where :meth:`de` of these arguments comes from, as of now.
+
+        Parameters
+        ----------
+        method, reference, half
+            As for :meth:`de` (the context's method when ``method`` is omitted).
+
+        Returns
+        -------
+        str or None
+            ``"table"`` when a table given to :meth:`use_de_table` supplies it,
+            ``"computed"`` when it was computed from the data already, ``None`` when
+            it is still to be computed.
+
+        """
+        key = (method or self.de_method, reference, half)
+        if key in self._de_tables:
+            return "table"
+        return "computed" if ("de", *key) in self._memo else None
 
     def use_de_table(self, table: PrecomputedDE) -> None:
         """Read DE of ``(table.method, table.reference, table.half)`` from ``table``.

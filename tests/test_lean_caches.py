@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import scperteval
 from scperteval.context import Context
 from scperteval.data.dataset import Dataset
 from scperteval.engine.engine import Engine
 from scperteval.engine.sources import SourceData
 from scperteval.engine.spaces import resolve_space
-from scperteval.engine.views import _de_view
+from scperteval.engine.views import _de_table_holding, _de_view
 from scperteval.simulation import simulate
 from scperteval.stats.diffexp import (
     adjust_pvalues,
@@ -118,14 +119,25 @@ def test_de_views_of_halves_are_rows_of_the_de_tables(adata, method, source_name
         np.testing.assert_array_equal(view.pvalue_adj, direct.pvalue_adj)
 
 
-def test_has_de_tells_the_cached_tables_apart(adata):
+def test_de_origin_tells_computed_read_and_pending_tables_apart(adata, tmp_path):
+    from scperteval.stats.de_tables import read_de_table
+
     engine = make_engine(adata)
     context = engine.context
-    assert not context.de_is_read(reference="rest", half="truth")
-    assert not context.has_de(reference="rest", half="truth")
-    context.de(reference="rest", half="truth")
-    assert context.has_de(reference="rest", half="truth")
-    assert not context.has_de(method="wilcoxon", reference="rest", half="truth")
+    assert context.de_origin(reference="rest", half="truth") is None
+    table = context.de(reference="rest", half="truth")
+    assert context.de_origin(reference="rest", half="truth") == "computed"
+    assert context.de_origin(method="wilcoxon", reference="rest", half="truth") is None
+    # A table given by the user stands for the DE, but the views test the cells.
+    scperteval.de(adata, covariate_key="cell_line", half="truth", seed=3, out=tmp_path / "de")
+    other = make_engine(adata)
+    layout = other.context.layout
+    read = read_de_table(tmp_path / "de", layout.conditions, adata.var_names, "control", 3)
+    other.context.use_de_table(read)
+    assert other.context.de_origin(reference="rest", half="truth") == "table"
+    source = other.source("truth", 0)
+    assert _de_table_holding(other, source) is None
+    assert _de_table_holding(engine, engine.source("truth", 0)) is table
 
 
 def test_sample_moments_without_copying_rows_equal_those_of_the_copied_rows(adata):

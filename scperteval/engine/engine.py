@@ -167,8 +167,17 @@ class Engine:
     def dataset_mean(self, condition: int) -> np.ndarray:
         """The mean of the centroids of the other perturbations of the condition's group.
 
-        ``(total - own) / (count - 1)`` from the group's cached sum of centroids;
-        NaN where the condition is alone in its group.
+        Parameters
+        ----------
+        condition
+            Index of the perturbation (condition).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(total - own) / (count - 1)`` from the group's cached sum of centroids,
+            one value per gene; NaN where the condition is alone in its group.
+
         """
         totals, counts = self.memo("centroid_totals", self._centroid_totals)
         covariate = self.covariate_index(condition)

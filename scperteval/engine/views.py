@@ -174,9 +174,8 @@ def _de_table_holding(engine: Engine, source: SourceData) -> DEResult | None:
     half = source.half
     if half is None or source.control is not None or context.de_method not in WELCH_METHODS:
         return None
-    if context.de_is_read(reference="rest", half=half):
-        return None
-    if half != engine.truth_half and not context.has_de(reference="rest", half=half):
+    origin = context.de_origin(reference="rest", half=half)
+    if origin == "table" or (origin is None and half != engine.truth_half):
         return None
     return context.de(reference="rest", half=half)
 

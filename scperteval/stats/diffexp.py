@@ -70,6 +70,30 @@ class DEResult:
     not by any metric; they may be given as a zero-argument function, called on
     first access (its value is then kept), so that a cached result does not hold
     them. A fold change left out is computed from the two mean tables.
+
+    Parameters
+    ----------
+    conditions
+        The perturbations, one per row.
+    genes
+        The genes, one per column.
+    statistic
+        Test statistics.
+    pvalue
+        Two-sided p-values, or a function without arguments returning them (it must
+        be picklable for a run on a cluster, e.g. a :func:`functools.partial` of a
+        module-level function).
+    pvalue_adj
+        Benjamini-Hochberg adjusted p-values across genes, per row.
+    mean_target, mean_reference
+        Mean expression of each row's target and reference cells.
+    log_fold_change
+        :func:`log_fold_change` of the means, or ``None`` to compute it on first
+        access.
+    method, reference, half
+        The DE method, the reference cells (``rest`` or ``control``) and the
+        target cells (``all``, ``truth`` or ``duplicate``).
+
     """
 
     def __init__(
