@@ -135,3 +135,24 @@ def test_gram_matrix_in_small_pages_gives_the_same_axes(small_side, shape, monke
     from_mapping = principal_axes(sample, 8)
     np.testing.assert_array_equal(from_mapping[0], from_numpy[0])
     np.testing.assert_array_equal(from_mapping[1], from_numpy[1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_csr_rows_written_densely_equal_scipys_float64_dense_rows(dtype):
+    from scperteval.kernels.sparse_rows import add_csr_rows
+
+    rng = np.random.default_rng(5)
+    # Unsorted columns with repeats, whose values scipy sums in storage order.
+    indptr = np.array([0, 3, 3, 7, 9])
+    indices = np.array([4, 1, 4, 0, 5, 0, 2, 3, 3])
+    values = rng.normal(scale=50.0, size=indices.size).astype(dtype)
+    matrix = sp.csr_matrix((values, indices, indptr), shape=(4, 6))
+    assert not matrix.has_canonical_format
+    dense = np.zeros(matrix.shape)
+    add_csr_rows(matrix.indptr, matrix.indices, matrix.data, dense)
+    np.testing.assert_array_equal(dense, matrix.astype(np.float64).toarray())
+    # And the rows of a block cut from a larger matrix, as the fit reads them.
+    big = sp.random(300, 80, density=0.2, random_state=2, format="csr", dtype=np.float64)
+    block = big.astype(dtype)[100:220]
+    expected = pca._dense_rows(block.tocsc(), 0, 120, np.zeros(80))  # scipy's route
+    np.testing.assert_array_equal(pca._dense_rows(block, 0, 120, np.zeros(80)), expected)

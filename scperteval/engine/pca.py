@@ -99,8 +99,14 @@ def _whole(sample: Any) -> Any:
 
 def _dense_rows(sample: Any, start: int, stop: int, offset: np.ndarray) -> np.ndarray:
     block = sample[start:stop]
-    # Densified in float64 at once: no dense copy in the data's own dtype first.
-    if sp.issparse(block):
+    # Densified in float64 at once: no dense copy in the data's own dtype first,
+    # and for CSR rows no float64 copy of the sparse block either.
+    if sp.issparse(block) and block.format == "csr":
+        from scperteval.kernels.sparse_rows import add_csr_rows
+
+        dense = np.zeros(block.shape)
+        add_csr_rows(block.indptr, block.indices, block.data, dense)
+    elif sp.issparse(block):
         dense = block.astype(np.float64).toarray()
     else:
         dense = np.array(block, dtype=np.float64)
