@@ -281,9 +281,20 @@ def test_cli_reads_tables_and_deltas(screen, tmp_path, capsys):
     table.to_csv(tmp_path / "good.csv", index=False)
     code = main(
         [
-            "score", str(data), "--pred", f"good={tmp_path / 'good.csv'}", "-p", "mse",
-            "--covariate-key", "cell_line", "--truth", "all", "--no-baselines",
-            "--no-figures", "--out", str(tmp_path / "out"),
+            "score",
+            str(data),
+            "--pred",
+            f"good={tmp_path / 'good.csv'}",
+            "-p",
+            "mse",
+            "--covariate-key",
+            "cell_line",
+            "--truth",
+            "all",
+            "--no-baselines",
+            "--no-figures",
+            "--out",
+            str(tmp_path / "out"),
         ]
     )
     assert code == 0
@@ -293,8 +304,17 @@ def test_cli_reads_tables_and_deltas(screen, tmp_path, capsys):
         warnings.simplefilter("error")
         code = main(
             [
-                "score", str(data), "--pred", f"good={tmp_path / 'good.csv'}", "--delta",
-                "nope", "-p", "mse", "--covariate-key", "cell_line", "--out",
+                "score",
+                str(data),
+                "--pred",
+                f"good={tmp_path / 'good.csv'}",
+                "--delta",
+                "nope",
+                "-p",
+                "mse",
+                "--covariate-key",
+                "cell_line",
+                "--out",
                 str(tmp_path / "out2"),
             ]
         )
@@ -339,3 +359,58 @@ def test_norman_predictions_in_every_form(devel_path, tmp_path):
     ]
     for form in forms:
         assert_same(reference, run(form))
+
+
+@pytest.mark.parametrize("form", ["dense", "csr"])
+def test_prediction_checks_read_blocks_of_rows_with_the_values_of_a_whole_copy(monkeypatch, form):
+    import scipy.sparse as sp
+
+    from scperteval.scoring import prediction_checks
+
+    rng = np.random.default_rng(6)
+    dense = rng.normal(loc=0.5, size=(23, 9)).astype(np.float32)
+    dense[dense < 0.2] = 0.0
+    dense[4, 2] = -1.5
+    matrix = sp.csr_matrix(dense) if form == "csr" else dense
+    used = rng.permutation(23)[:19]
+    whole = matrix[used]
+    values_of = whole.data if form == "csr" else whole
+    expected_totals = np.asarray(whole.sum(axis=1)).ravel()
+    for rows in (1, 4, 10_000):
+        monkeypatch.setattr(prediction_checks, "CHECK_ROWS", rows)
+        totals, n_negative, low = prediction_checks._scan_rows(matrix, used)
+        assert totals.dtype == expected_totals.dtype
+        np.testing.assert_array_equal(totals, expected_totals)
+        assert n_negative == int((values_of < 0).sum()) == int(4 in used)
+        assert low == float(values_of.min())
+
+
+def test_predictions_in_the_truths_gene_order_are_not_copied():
+    import scipy.sparse as sp
+
+    from scperteval.scoring.predictions import _truth_columns
+
+    matrix = np.arange(24, dtype=np.float32).reshape(4, 6)
+    same = _truth_columns(matrix, np.arange(6))
+    assert same is matrix
+    order = np.array([5, 0, 1, 2, 3, 4])
+    np.testing.assert_array_equal(_truth_columns(matrix, order), matrix[:, order])
+    # Any other layout is copied by column selection, as before.
+    fortran = np.asfortranarray(matrix)
+    copied = _truth_columns(fortran, np.arange(6))
+    assert not np.shares_memory(copied, fortran)
+    assert copied.flags.c_contiguous == fortran[:, np.arange(6)].flags.c_contiguous
+    np.testing.assert_array_equal(copied, matrix)
+    sparse = _truth_columns(sp.csr_matrix(matrix), order)
+    np.testing.assert_array_equal(sparse.toarray(), matrix[:, order])
+    # A CSR matrix in order is kept, and equals what the selection gives, entry
+    # order and repeated columns included.
+    indptr = np.array([0, 3, 3, 5])
+    indices = np.array([4, 1, 4, 5, 0])
+    unsorted = sp.csr_matrix((np.arange(1.0, 6.0), indices, indptr), shape=(3, 6))
+    kept = _truth_columns(unsorted, np.arange(6))
+    assert np.shares_memory(kept.data, unsorted.data)
+    selected = unsorted[:, np.arange(6)]
+    np.testing.assert_array_equal(kept.indptr, selected.indptr)
+    np.testing.assert_array_equal(kept.indices, selected.indices)
+    np.testing.assert_array_equal(kept.data, selected.data)

@@ -8,6 +8,7 @@ the control cells' total of its covariate group.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -119,17 +120,13 @@ def check_totals(
     used = np.concatenate(list(model.rows.values())) if model.rows else np.zeros(0, np.int64)
     if used.size == 0:
         return
-    matrix = model.matrix[used]
-    row_totals = np.asarray(matrix.sum(axis=1)).ravel()
+    row_totals, n_negative, low = _scan_rows(model.matrix, used)
     expected = np.array([controls[c][1] for c in covariates[used]])
     if model.delta:
         row_totals = row_totals + expected
-    values = matrix.data if sp.issparse(matrix) else np.asarray(matrix)
-    n_negative = int((values < 0).sum())
     ratio = float(row_totals.mean() / expected.mean()) if expected.mean() > 0 else 1.0
     declare = f"(CLI: --delta {model.name}; Python: deltas=[{model.name!r}])"
     if n_negative and not model.delta:
-        low = float(values.min())
         if ratio < 1 / TOTAL_RATIO_WARNING:
             raise DatasetError(
                 f"{where}: {n_negative} negative value(s) (minimum {low:g}) and a total "
@@ -147,3 +144,27 @@ def check_totals(
             f"the control cells' {expected.mean():.4g}; check that it is on the truth's "
             "scale (and its genes are the truth's)"
         )
+
+
+#: Rows of a prediction read at a time by :func:`check_totals`.
+CHECK_ROWS = 4096
+
+
+def _scan_rows(matrix: Any, used: np.ndarray) -> tuple[np.ndarray, int, float]:
+    """Totals of the rows ``used``, and the count and minimum of their negative values.
+
+    A block of rows at a time rather than a copy of all of them (as large as the
+    prediction itself). Each row's total is summed within its row as from the
+    whole copy, so the totals are the same.
+    """
+    totals = []
+    n_negative = 0
+    low = math.inf
+    for start in range(0, used.size, CHECK_ROWS):
+        block = matrix[used[start : start + CHECK_ROWS]]
+        totals.append(np.asarray(block.sum(axis=1)).ravel())
+        values = block.data if sp.issparse(block) else np.asarray(block)
+        n_negative += int((values < 0).sum())
+        if values.size:
+            low = min(low, float(values.min()))
+    return np.concatenate(totals), n_negative, low

@@ -310,6 +310,23 @@ def load_predictions(
     return models
 
 
+def _truth_columns(matrix: Any, columns: np.ndarray) -> Any:
+    """The prediction's columns in the truth's gene order.
+
+    A CSR or C-ordered dense matrix already in that order is used as it is: the
+    selection would copy it unchanged (a CSR's rows keep their entries' order),
+    doubling the memory of a prediction as large as the dataset.
+    """
+    in_order = columns.size == matrix.shape[1] and np.array_equal(columns, np.arange(columns.size))
+    if sp.issparse(matrix):
+        rows = sp.csr_matrix(matrix)
+        return rows if in_order else rows[:, columns]
+    dense = np.asarray(matrix)
+    if in_order and dense.flags.c_contiguous:
+        return dense
+    return dense[:, columns]
+
+
 def _align(
     name: str,
     table: PredictionTable,
@@ -322,10 +339,7 @@ def _align(
     where = f"prediction {name!r}"
     notes: list[str] = []
     columns = _gene_columns(where, table.genes, dataset, notes)
-    matrix = table.matrix
-    matrix = (
-        sp.csr_matrix(matrix)[:, columns] if sp.issparse(matrix) else np.asarray(matrix)[:, columns]
-    )
+    matrix = _truth_columns(table.matrix, columns)
     check_scale(where, matrix)
     labels = np.asarray(table.labels, dtype=object)
     covariates = (
