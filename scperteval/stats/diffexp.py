@@ -397,8 +397,8 @@ def _welch_rows(
     pvalue = np.empty(shape if with_pvalues else (0, 0))
     # A half of each perturbation is every other row of the group statistics:
     # read in place, not copied.
-    n_target, mean_target, m2_target = target.row_contiguous_arrays()
-    n_reference, mean_reference, m2_reference = reference.row_contiguous_arrays()
+    n_target, mean_target, m2_target = target.contiguous_arrays(strided_rows=True)
+    n_reference, mean_reference, m2_reference = reference.contiguous_arrays(strided_rows=True)
 
     def block(start: int, stop: int) -> None:
         left = welch_rows(

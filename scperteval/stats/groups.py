@@ -133,8 +133,17 @@ class GroupStats:
     def __add__(self, other: GroupStats) -> GroupStats:
         return self.combine(other)
 
-    def contiguous_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def contiguous_arrays(
+        self, strided_rows: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``n``, ``mean`` and ``m2`` as C-contiguous float64 arrays (copies only if needed).
+
+        Parameters
+        ----------
+        strided_rows
+            Pass a selection of whole rows (every other group, as a half of each
+            perturbation is) as it is rather than copy it: for compiled kernels that
+            read row by row. Only rows must then be contiguous.
 
         Returns
         -------
@@ -142,30 +151,8 @@ class GroupStats:
             The arrays compiled kernels read.
 
         """
-        return (
-            np.ascontiguousarray(self.n, dtype=np.float64),
-            np.ascontiguousarray(self.mean, dtype=np.float64),
-            np.ascontiguousarray(self.m2, dtype=np.float64),
-        )
-
-    def row_contiguous_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``n``, ``mean`` and ``m2`` as float64 arrays whose rows are contiguous.
-
-        Like :meth:`contiguous_arrays`, but a selection of whole rows (every other
-        group, as a half of each perturbation is) is passed as it is rather than
-        copied: compiled kernels reading row by row take it as well.
-
-        Returns
-        -------
-        tuple of numpy.ndarray
-            The arrays; copies only where a row is not contiguous.
-
-        """
-        return (
-            np.ascontiguousarray(self.n, dtype=np.float64),
-            _with_contiguous_rows(self.mean),
-            _with_contiguous_rows(self.m2),
-        )
+        table = _with_contiguous_rows if strided_rows else _c_float64
+        return _c_float64(self.n), table(self.mean), table(self.m2)
 
     def variance(self, ddof: int = 1) -> np.ndarray:
         """Per-group feature variances; NaN where a group has ``n <= ddof`` cells."""
@@ -206,6 +193,10 @@ class GroupStats:
         )
 
 
+def _c_float64(values: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=np.float64)
+
+
 def _with_contiguous_rows(values: np.ndarray) -> np.ndarray:
     values = np.asarray(values)
     if (
@@ -215,7 +206,7 @@ def _with_contiguous_rows(values: np.ndarray) -> np.ndarray:
         and values.strides[0] >= 0
     ):
         return values
-    return np.ascontiguousarray(values, dtype=np.float64)
+    return _c_float64(values)
 
 
 def _sparse_moments(
