@@ -48,6 +48,22 @@ def complete_distances(
             out_row[j] = math.sqrt(value)
 
 
+@numba.njit(cache=True, nogil=True)
+def zero_through_diagonal(tile: np.ndarray, offset: int) -> None:
+    """Set ``tile[i, j] = 0`` wherever ``j <= i + offset``, in place.
+
+    The pairs a within-cloud tile crossing the diagonal must leave out: with the
+    tile's first row at ``start`` and first column at ``first`` of the same cloud,
+    ``offset = start - first`` marks the pairs ``(a, b)`` with ``b <= a``.
+    """
+    n_rows, n_columns = tile.shape
+    for i in range(n_rows):
+        stop = min(i + offset + 1, n_columns)
+        row = tile[i]
+        for j in range(stop):
+            row[j] = 0.0
+
+
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def l1_distances(pred: np.ndarray, truth: np.ndarray, keep: np.ndarray, out: np.ndarray) -> None:
     """``out[i, j] = sum_k keep[i, k] |pred[i, k] - truth[j, k]|`` (all ``k`` if ``keep`` is empty).

@@ -1,10 +1,11 @@
 """The Sinkhorn iterations, on arrays of any library (NumPy, torch).
 
-:func:`solve` runs the annealing of geomloss's debiased Sinkhorn divergence and
-then, with a tolerance, :func:`converge` at the final temperature, given a
-soft-C-transform on the arrays at hand: :mod:`scperteval.kernels.sinkhorn` passes its
-compiled NumPy one, the torch path a ``logsumexp`` on a device. Plain Python and
-NumPy only, so that importing it loads neither numba nor torch.
+:func:`solve` runs the annealing of geomloss's debiased Sinkhorn divergence
+(:func:`anneal`) and then, with a tolerance, :func:`converge` at the final
+temperature, given a soft-C-transform on the arrays at hand:
+:mod:`scperteval.kernels.sinkhorn` passes its compiled NumPy one (and a compiled
+annealing), the torch path a ``logsumexp`` on a device. Plain Python and NumPy
+only, so that importing it loads neither numba nor torch.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import numpy as np
 __all__ = [
     "DEFAULT_MAX_ITER",
     "DEFAULT_TOL",
+    "Annealing",
     "OVERRELAXATION",
     "Softmin",
+    "anneal",
     "check_stopping",
     "converge",
     "solve",
@@ -189,15 +192,13 @@ def converge(
     return (f_ba, g_ab, f_aa, g_bb), iteration
 
 
-def solve(
+def anneal(
     softmin: Softmin,
     costs: tuple[Any, Any, Any, Any],
     log_weights: tuple[Any, Any],
     temperatures: list[float],
-    tol: float | None,
-    max_iter: int,
-) -> float:
-    """The annealing, the iterations at the final temperature, and ``S``.
+) -> tuple[Any, Any, Any, Any]:
+    """The annealing of geomloss: symmetric updates of the four potentials per temperature.
 
     Parameters
     ----------
@@ -205,13 +206,11 @@ def solve(
         As for :func:`converge`.
     temperatures
         The annealing (:func:`temperature_schedule`).
-    tol, max_iter
-        As for :func:`converge`; ``tol=None`` stops at the end of the annealing.
 
     Returns
     -------
-    float
-        ``<a, f_ba - f_aa> + <b, g_ab - g_bb>`` after one last, non-averaged update.
+    tuple
+        ``f_ba``, ``g_ab``, ``f_aa``, ``g_bb`` after the last temperature.
 
     """
     cost_xy, cost_yx, cost_xx, cost_yy = costs
@@ -230,6 +229,50 @@ def solve(
         g_ab = 0.5 * (g_ab + g_ab_next)
         f_aa = 0.5 * (f_aa + f_aa_next)
         g_bb = 0.5 * (g_bb + g_bb_next)
+    return f_ba, g_ab, f_aa, g_bb
+
+
+#: The annealing on given costs, log weights and temperatures (:func:`anneal` with a
+#: soft-C-transform bound, or a compiled equivalent).
+Annealing = Callable[[tuple[Any, Any, Any, Any], tuple[Any, Any], list[float]], tuple[Any, ...]]
+
+
+def solve(
+    softmin: Softmin,
+    costs: tuple[Any, Any, Any, Any],
+    log_weights: tuple[Any, Any],
+    temperatures: list[float],
+    tol: float | None,
+    max_iter: int,
+    annealing: Annealing | None = None,
+) -> float:
+    """The annealing, the iterations at the final temperature, and ``S``.
+
+    Parameters
+    ----------
+    softmin, costs, log_weights
+        As for :func:`converge`.
+    temperatures
+        The annealing (:func:`temperature_schedule`).
+    tol, max_iter
+        As for :func:`converge`; ``tol=None`` stops at the end of the annealing.
+    annealing
+        Runs the annealing instead of :func:`anneal` with ``softmin``; it must
+        give the same potentials.
+
+    Returns
+    -------
+    float
+        ``<a, f_ba - f_aa> + <b, g_ab - g_bb>`` after one last, non-averaged update.
+
+    """
+    cost_xy, cost_yx, cost_xx, cost_yy = costs
+    log_a, log_b = log_weights
+    if annealing is None:
+        f_ba, g_ab, f_aa, g_bb = anneal(softmin, costs, log_weights, temperatures)
+    else:
+        f_ba, g_ab, f_aa, g_bb = annealing(costs, log_weights, temperatures)
+    eps = temperatures[-1]
     if tol is not None:
         (f_ba, g_ab, f_aa, g_bb), _ = converge(
             softmin, costs, log_weights, (f_ba, g_ab, f_aa, g_bb), eps, tol, max_iter

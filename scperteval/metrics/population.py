@@ -233,13 +233,14 @@ def _check_transforms(transforms: Sequence[PairTransform]) -> None:
 
 def _pair_tiles(
     x: Float64Array, y: Float64Array | None, want_root: bool, max_block_bytes: int
-) -> Iterator[tuple[Float64Array, Float64Array | None, npt.NDArray[np.bool_] | None, int]]:
-    """Yield ``(d2, root, lower, offset)`` per tile of pairs, in a fixed order.
+) -> Iterator[tuple[Float64Array, Float64Array | None, int]]:
+    """Yield ``(d2, root, offset)`` per tile of pairs, in a fixed order.
 
     ``d2`` holds snapped squared distances, ``root`` their square roots (when
-    ``want_root``), ``lower`` (within one cloud, on tiles crossing the diagonal) marks
-    the leading columns' pairs ``j <= i`` to leave out. The arrays are reused: each
-    must be consumed before the next tile is asked for.
+    ``want_root``). Within one cloud, a tile crossing the diagonal must leave out its
+    pairs ``(i, j)`` with ``j <= i + offset``; other tiles have ``offset =``
+    :data:`~scperteval.kernels.rbf.NO_DIAGONAL`. The arrays are reused: each must be
+    consumed before the next tile is asked for.
     """
     from scperteval.kernels.distances import complete_distances, complete_squared_distances
     from scperteval.kernels.rbf import NO_DIAGONAL
@@ -273,28 +274,22 @@ def _pair_tiles(
                     complete_distances(d2, sq_a, sq_b, _SNAP_RTOL, root)
                 else:
                     complete_squared_distances(d2, sq_a, sq_b, _SNAP_RTOL)
-                # Within one cloud, a tile crossing the diagonal keeps only j > i.
-                crossing = min(stop, last) - first if within else 0
-                lower = None
-                if crossing > 0:
-                    lower = np.greater_equal.outer(
-                        np.arange(start, stop), np.arange(first, first + crossing)
-                    )
-                # The same pairs as ``lower``, for the compiled kernels: j <= i + offset.
-                offset = start - first if lower is not None else NO_DIAGONAL
-                yield d2, root, lower, offset
+                # Within one cloud, a tile crossing the diagonal keeps only the pairs
+                # of a cell with the cells after it.
+                crossing = within and first < stop
+                yield d2, root, start - first if crossing else NO_DIAGONAL
 
 
 def _add_tile_sums(
     totals: list[float],
     d2: Float64Array,
     root: Float64Array | None,
-    lower: npt.NDArray[np.bool_] | None,
     offset: int,
     transforms: Sequence[PairTransform],
     work_buffer: Float64Array,
 ) -> None:
-    from scperteval.kernels.rbf import rbf_tile_sum
+    from scperteval.kernels.distances import zero_through_diagonal
+    from scperteval.kernels.rbf import NO_DIAGONAL, rbf_tile_sum
 
     for index, (kind, scale) in enumerate(transforms):
         if kind == "rbf":
@@ -305,8 +300,8 @@ def _add_tile_sums(
         else:
             values = work_buffer[: d2.size].reshape(d2.shape)
             np.sqrt(d2, out=values)
-        if lower is not None:
-            np.copyto(values[:, : lower.shape[1]], 0.0, where=lower)
+        if offset != NO_DIAGONAL:
+            zero_through_diagonal(values, offset)
         totals[index] += float(values.sum())
 
 
@@ -348,8 +343,8 @@ def pair_sums(
     want_root = any(kind == "sqrt" for kind, _ in transforms)
     rows, columns = _tile_shape(x.shape[0], (x if y is None else y).shape[0], max_block_bytes)
     work_buffer = np.empty(rows * columns)
-    for d2, root, lower, offset in _pair_tiles(x, y, want_root, max_block_bytes):
-        _add_tile_sums(totals, d2, root, lower, offset, transforms, work_buffer)
+    for d2, root, offset in _pair_tiles(x, y, want_root, max_block_bytes):
+        _add_tile_sums(totals, d2, root, offset, transforms, work_buffer)
     return totals
 
 
@@ -372,8 +367,7 @@ class StoredPairs:
 
     def __init__(self, x: Float64Array, *, max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> None:
         self._tiles = [
-            (d2.copy(), lower, offset)
-            for d2, _, lower, offset in _pair_tiles(x, None, False, max_block_bytes)
+            (d2.copy(), offset) for d2, _, offset in _pair_tiles(x, None, False, max_block_bytes)
         ]
         rows, columns = _tile_shape(x.shape[0], x.shape[0], max_block_bytes)
         self._work_size = rows * columns
@@ -387,15 +381,15 @@ class StoredPairs:
     @property
     def nbytes(self) -> int:
         """Memory held by the stored distances."""
-        return sum(d2.nbytes for d2, _, _ in self._tiles)
+        return sum(d2.nbytes for d2, _ in self._tiles)
 
     def sums(self, transforms: Sequence[PairTransform]) -> list[float]:
         """Sums over the pairs ``i < j`` of each transform, as :func:`pair_sums` computes them."""
         _check_transforms(transforms)
         totals = [0.0] * len(transforms)
         work_buffer = np.empty(self._work_size)
-        for d2, lower, offset in self._tiles:
-            _add_tile_sums(totals, d2, None, lower, offset, transforms, work_buffer)
+        for d2, offset in self._tiles:
+            _add_tile_sums(totals, d2, None, offset, transforms, work_buffer)
         return totals
 
 
