@@ -199,3 +199,13 @@ def test_row_selections_are_read_in_place_by_the_welch_kernel(adata):
         expected = welch_between(copied, reference, overestimate)
         np.testing.assert_array_equal(found[0], expected[0])
         np.testing.assert_array_equal(found[1], expected[1])
+
+
+def test_population_values_from_rows_read_in_place_equal_those_of_copied_rows(adata, monkeypatch):
+    protocols = "energy_pca,mmd_top_k,sinkhorn_pca"
+    options = {"covariate_key": "cell_line", "seed": 3, "progress": False}
+    in_place = scperteval.calibrate(adata, protocols=protocols, **options).results
+    monkeypatch.setattr(Dataset, "resident_csr", lambda self: None)
+    copied = scperteval.calibrate(adata, protocols=protocols, **options).results
+    assert len(in_place) > 0 and np.isfinite(in_place["value"]).any()
+    np.testing.assert_array_equal(in_place["value"].to_numpy(), copied["value"].to_numpy())

@@ -347,7 +347,7 @@ class Engine:
         def read() -> Any:
             return self.context.dataset.rows(self.perturbed_sample(covariate)[0])
 
-        if not self._keeps_sample_rows:
+        if not self.keeps_sample_rows:
             return read()
         return self.memo(("sample_rows", covariate), read)
 
@@ -357,7 +357,7 @@ class Engine:
         Equal to ``sample_rows(covariate)[index]``: a row's values do not depend
         on the rows read with it. Only these rows are read from a matrix in memory.
         """
-        if self._keeps_sample_rows:
+        if self.keeps_sample_rows:
             return self.sample_rows(covariate)[index]
         return self.context.dataset.rows(self.perturbed_sample(covariate)[0][index])
 
@@ -365,7 +365,7 @@ class Engine:
         """Whether the group's sample rows are sparse (CSR) rather than dense; cached."""
 
         def build() -> bool:
-            if self._keeps_sample_rows:
+            if self.keeps_sample_rows:
                 return sp.issparse(self.sample_rows(covariate))
             # Asked for every population view: one row tells, not the whole sample.
             first = self.perturbed_sample(covariate)[0][:1]
@@ -374,7 +374,8 @@ class Engine:
         return self.memo(("sample_is_sparse", covariate), build)
 
     @property
-    def _keeps_sample_rows(self) -> bool:
+    def keeps_sample_rows(self) -> bool:
+        """Whether perturbed samples' rows are kept in memory (a backed or dask matrix)."""
         dataset = self.context.dataset
         return dataset.is_backed or is_dask(dataset.matrix())
 

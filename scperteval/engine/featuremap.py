@@ -82,6 +82,62 @@ class FeatureMap:
                 projected -= self.offset @ self.components
         return projected
 
+    @cached_property
+    def _gene_positions(self) -> np.ndarray | None:
+        """Each gene's column in this space (-1 if not in it); ``None`` if one is twice."""
+        assert self.genes is not None
+        genes = np.asarray(self.genes, dtype=np.int64)
+        if genes.size == 0 or np.unique(genes).size != genes.size:
+            return None
+        positions = np.full(int(genes.max()) + 1, -1, dtype=np.int64)
+        positions[genes] = np.arange(genes.size)
+        return positions
+
+    @cached_property
+    def _contiguous_components(self) -> np.ndarray:
+        assert self.components is not None
+        return np.ascontiguousarray(self.components, dtype=np.float64)
+
+    def matrix_of_rows(self, whole: sp.csr_matrix, rows: np.ndarray) -> np.ndarray:
+        """``matrix(whole[rows])``, reading the rows of a CSR matrix in place.
+
+        The same values bit for bit, without the copy of the rows or, for a
+        projection, the float64 copy of their values that scipy's product makes.
+
+        Parameters
+        ----------
+        whole
+            Cells x genes CSR matrix.
+        rows
+            Its rows to map, in order.
+
+        Returns
+        -------
+        numpy.ndarray
+            Cells x features, float64.
+
+        """
+        from scperteval.kernels.sparse_rows import gather_csr_columns, project_csr_rows
+
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.genes is not None:
+            positions = self._gene_positions
+            if positions is not None:
+                out = np.zeros((rows.size, self.genes.size))
+                arrays = (whole.indptr, whole.indices, whole.data)
+                if gather_csr_columns(*arrays, rows, positions, out):
+                    return out
+            # A gene selected twice, or a column stored twice in a row (which scipy
+            # sums in the matrix's own dtype): scipy's selection.
+            return self.matrix(whole[rows])
+        components = self._contiguous_components
+        projected = np.empty((rows.size, components.shape[1]))
+        project_csr_rows(whole.indptr, whole.indices, whole.data, rows, components, projected)
+        if self.offset is not None:
+            with single_threaded_blas():
+                projected -= self.offset @ self.components
+        return projected
+
     def positions_of(self, gene_indices: np.ndarray) -> tuple[int, ...]:
         """Positions in this space of the given full-space gene indices (selections only)."""
         if self.genes is None:

@@ -106,10 +106,20 @@ def _population_cells(
         if exact:
             # The cells' own rows; for a backed file, cut from the sample kept in
             # memory rather than read again from disk.
-            return space.matrix(engine.sample_subset_rows(covariate, index))
+            if engine.keeps_sample_rows:
+                return space.matrix(engine.sample_subset_rows(covariate, index))
+            return _mapped_cells(engine, space, engine.perturbed_sample(covariate)[0][index])
     if source.positions is not None:
-        return space.matrix(engine.context.dataset.rows(source.positions))
+        return _mapped_cells(engine, space, source.positions)
     raise DegenerateInput("this source has no cells for a population metric")
+
+
+def _mapped_cells(engine: Engine, space: FeatureMap, positions: np.ndarray) -> np.ndarray:
+    """The dataset's cells at ``positions`` in a space; a CSR matrix in memory is read in place."""
+    whole = engine.context.dataset.resident_csr()
+    if whole is not None:
+        return space.matrix_of_rows(whole, positions)
+    return space.matrix(engine.context.dataset.rows(positions))
 
 
 def _de_view(
