@@ -275,3 +275,22 @@ def test_empty_degs_space_is_nan_with_reason(sim):
     overall = result.calibration.set_index("covariate").loc["all"]
     assert overall["n_skipped"] >= empty
     assert overall["n"] + overall["n_skipped"] == len(sim.conditions)
+
+
+def test_top_scores_are_the_head_of_a_full_sort_with_ties_in_gene_order():
+    from scperteval.engine.spaces import _top
+
+    def by_full_sort(scores, k):
+        keys = -np.nan_to_num(scores, nan=-np.inf)
+        order = sorted(range(scores.size), key=lambda gene: (keys[gene], gene))
+        return np.array(sorted(order[:k]), dtype=np.int64)
+
+    rng = np.random.default_rng(5)
+    for trial in range(400):
+        size = int(rng.integers(1, 40))
+        scores = rng.integers(-2, 3, size).astype(np.float64)
+        for value, share in ((np.nan, 0.2), (np.inf, 0.1), (-np.inf, 0.1), (-0.0, 0.2)):
+            if trial % 2:
+                scores[rng.random(size) < share] = value
+        for k in range(size + 2):
+            np.testing.assert_array_equal(_top(scores, k), by_full_sort(scores, k))

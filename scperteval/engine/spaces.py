@@ -36,10 +36,22 @@ def _selection(engine: Engine, label: str, genes: np.ndarray) -> FeatureMap:
 
 
 def _top(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``k`` largest scores; ties broken by gene order, result sorted."""
+    """Indices of the ``k`` largest scores; ties broken by gene order, result sorted.
+
+    NaN ranks below every number. The ``k``-th largest score is found by a
+    partial sort; the scores above it are all taken and those equal to it in gene
+    order, which is the head of a full sort by (score descending, gene).
+    """
     k = min(int(k), scores.shape[0])
-    order = np.lexsort((np.arange(scores.shape[0]), -np.nan_to_num(scores, nan=-np.inf)))
-    return np.sort(order[:k])
+    if k <= 0:
+        return np.empty(0, dtype=np.int64)
+    keys = -np.nan_to_num(np.asarray(scores, dtype=np.float64), nan=-np.inf)
+    # -0.0 and 0.0 tie in a sort: compare them as equal here too.
+    keys += 0.0
+    boundary = np.partition(keys, k - 1)[k - 1]
+    above = np.flatnonzero(keys < boundary)
+    tied = np.flatnonzero(keys == boundary)[: k - above.size]
+    return np.sort(np.concatenate([above, tied]))
 
 
 def _check_k(k: int) -> int:
