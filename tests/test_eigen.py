@@ -172,3 +172,33 @@ def test_band_reduction_is_an_orthogonal_similarity(small_bands):
 def test_bad_arguments(matrix, k):
     with pytest.raises(ValueError):
         leading_eigenpairs(matrix, k)
+
+
+@pytest.mark.parametrize(("order", "width"), [(1, 0), (3, 2), (40, 5), (300, 64)])
+def test_band_eigenvalues_are_scipys_bit_for_bit(order, width):
+    from scperteval.kernels.lapack import band_eigenvalues
+
+    rng = np.random.default_rng(order)
+    symmetric = rng.standard_normal((order, order))
+    symmetric += symmetric.T
+    band = np.zeros((width + 1, order))
+    for offset in range(min(width, order - 1) + 1):
+        band[offset, : order - offset] = np.diagonal(symmetric, -offset)
+    kept = band.copy()
+    for first, last in {(0, order - 1), (order - 1, order - 1), (max(0, order - 7), order - 1)}:
+        expected = sla.eig_banded(
+            band, lower=True, eigvals_only=True, select="i", select_range=(first, last)
+        )
+        np.testing.assert_array_equal(band_eigenvalues(band, first, last), expected)
+    np.testing.assert_array_equal(band, kept)
+
+
+def test_band_eigenvalues_refuse_bad_ranges():
+    from scperteval.kernels.lapack import band_eigenvalues
+
+    band = np.ones((2, 5))
+    for first, last in ((-1, 2), (3, 2), (0, 5)):
+        with pytest.raises(ValueError, match="first <= last"):
+            band_eigenvalues(band, first, last)
+    with pytest.raises(ValueError, match="float64"):
+        band_eigenvalues(band.astype(np.float32), 0, 1)

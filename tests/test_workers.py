@@ -118,3 +118,31 @@ def test_a_bounded_queue_runs_every_task_once_with_the_same_values(monkeypatch):
     # per covariate group; never more than three queued or running at a time.
     assert len(submitted) == len(set(submitted)) == 16 * 3 + 2
     assert max(in_flight) <= 3
+
+
+def test_a_space_fit_waits_for_a_running_dataset_task_which_may_fit_it_itself():
+    import threading
+
+    import numpy as np
+
+    from scperteval.context import Context
+    from scperteval.data.dataset import Dataset
+    from scperteval.engine import dispatch
+    from scperteval.engine.engine import Engine
+    from scperteval.engine.spaces import resolve_space
+    from scperteval.simulation import simulate
+
+    adata = simulate(n_perturbations=4, n_genes=40, cells_per_perturbation=30, seed=2)
+    engine = Engine(Context(Dataset(adata), seed=1))
+    fit = threading.Thread(target=dispatch._fit_task, args=(engine, "pca", 0))
+    with dispatch._LARGE_TASK_LOCK:
+        fit.start()
+        fit.join(0.5)
+        # The fit cannot start while a dataset-scope task runs...
+        assert fit.is_alive()
+        # ...and that task, needing the space, fits it without waiting for the fit task.
+        space = resolve_space(engine, "pca", 0)
+    fit.join(60)
+    assert not fit.is_alive()
+    assert resolve_space(engine, "pca", 0) is space
+    assert np.all(np.isfinite(space.components))

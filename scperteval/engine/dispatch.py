@@ -307,11 +307,15 @@ def _shared_space_fits(engine: Engine, protocols: Sequence[Protocol]) -> list[tu
 
 
 def _fit_task(engine: Engine, space: str, condition: int) -> None:
-    try:
-        resolve_space(engine, space, condition)
-    except DegenerateInput:
-        # The tasks record the reason for every perturbation of the group.
-        return
+    # A fit (a PCA's Gram matrix) holds as much memory as a dataset-scope task: not
+    # both at once. The lock is taken before the fit starts, so that a dataset-scope
+    # task holding it and needing the space computes the fit itself.
+    with _LARGE_TASK_LOCK:
+        try:
+            resolve_space(engine, space, condition)
+        except DegenerateInput:
+            # The tasks record the reason for every perturbation of the group.
+            return
 
 
 #: Tasks queued on the pool at a time, per worker thread, and at least.
@@ -533,18 +537,19 @@ def _warm_task(
             continue
 
 
-#: Held by a dataset-scope task while it runs. Such a task stacks every
-#: perturbation's vectors (truth and candidate, and the metric's own copies); two at
-#: once double that memory, and they gain no time, being bound by the interpreter
-#: and memory bandwidth (four rank protocols on 500 perturbations x 5,000 genes:
-#: 2.6 s on one thread, 2.9 s on two).
-_DATASET_TASK_LOCK = threading.Lock()
+#: Held by a dataset-scope task or a shared space's fit while it runs. A
+#: dataset-scope task stacks every perturbation's vectors (truth and candidate, and
+#: the metric's own copies); two at once double that memory, and they gain no time,
+#: being bound by the interpreter and memory bandwidth (four rank protocols on 500
+#: perturbations x 5,000 genes: 2.6 s on one thread, 2.9 s on two). A PCA fit holds
+#: its Gram matrix (5,000 genes: 115 MB) for seconds.
+_LARGE_TASK_LOCK = threading.Lock()
 
 
 def _dataset_task(
     engine: Engine, protocol: Protocol, covariate: int, candidates: Sequence[Candidate]
 ) -> list[dict[str, Any]]:
-    with _DATASET_TASK_LOCK:
+    with _LARGE_TASK_LOCK:
         return _dataset_rows(engine, protocol, covariate, candidates)
 
 

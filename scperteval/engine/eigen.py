@@ -34,6 +34,7 @@ import scipy.linalg as sla
 import scipy.linalg.lapack as lapack
 
 from scperteval.kernels.blas import symmetric_product, symmetric_rank_2k_update
+from scperteval.kernels.lapack import band_eigenvalues
 from scperteval.metrics.population import single_threaded_blas
 
 __all__ = ["leading_eigenpairs"]
@@ -115,14 +116,8 @@ def _leading_eigenpairs(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndar
         return _largest_first(values, vectors)
     panels = _reduce_to_band(matrix, width)
     band = _lower_band(matrix, width)
-    values = sla.eig_banded(
-        band,
-        lower=True,
-        eigvals_only=True,
-        select="i",
-        select_range=(order - k, order - 1),
-        check_finite=False,
-    )[::-1]
+    # LAPACK's banded solver, called so that the other workers run meanwhile.
+    values = band_eigenvalues(band, order - k, order - 1)[::-1]
     vectors = _inverse_iteration(band, values)
     if vectors is None:
         values, vectors = _banded_solver(band, k)
