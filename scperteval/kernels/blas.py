@@ -13,27 +13,22 @@ or a block of a Fortran-ordered array).
 
 from __future__ import annotations
 
-import ctypes
-from functools import cache
-from typing import Any
-
 import numpy as np
+
+from scperteval.kernels._foreign import (
+    CHAR,
+    DOUBLE,
+    INT,
+    double_pointer,
+    double_reference,
+    int_reference,
+    routine,
+)
 
 __all__ = ["symmetric_product", "symmetric_rank_2k_update"]
 
-_INT = ctypes.POINTER(ctypes.c_int)
-_DOUBLE = ctypes.POINTER(ctypes.c_double)
-_CHAR = ctypes.c_char_p
-_TWO_FACTOR_SIGNATURE = (_CHAR, _CHAR, _INT, _INT, _DOUBLE, _DOUBLE, _INT, _DOUBLE, _INT, _DOUBLE,
-                         _DOUBLE, _INT)  # fmt: skip
-
-
-@cache
-def _routine(name: str, *arguments: Any) -> Any:
-    from numba.extending import get_cython_function_address
-
-    address = get_cython_function_address("scipy.linalg.cython_blas", name)
-    return ctypes.CFUNCTYPE(None, *arguments)(address)
+_TWO_FACTOR_SIGNATURE = (CHAR, CHAR, INT, INT, DOUBLE, DOUBLE, INT, DOUBLE, INT, DOUBLE, DOUBLE,
+                         INT)  # fmt: skip
 
 
 def _leading_dimension(array: np.ndarray, name: str) -> int:
@@ -51,18 +46,6 @@ def _leading_dimension(array: np.ndarray, name: str) -> int:
     return int(leading)
 
 
-def _int(value: int) -> Any:
-    return ctypes.byref(ctypes.c_int(int(value)))
-
-
-def _double(value: float) -> Any:
-    return ctypes.byref(ctypes.c_double(float(value)))
-
-
-def _pointer(array: np.ndarray) -> Any:
-    return array.ctypes.data_as(_DOUBLE)
-
-
 def _call_two_factor_routine(
     name: str,
     flags: tuple[bytes, bytes],
@@ -78,13 +61,15 @@ def _call_two_factor_routine(
     Two flags, two sizes, ``alpha``, two operands with their leading dimensions,
     ``beta`` and the result with its leading dimension.
     """
-    routine = _routine(name, *_TWO_FACTOR_SIGNATURE)
+    call = routine("blas", name, *_TWO_FACTOR_SIGNATURE)
     (first, first_name), (second, second_name) = operands
-    routine(
-        flags[0], flags[1], _int(shape[0]), _int(shape[1]), _double(alpha),
-        _pointer(first), _int(_leading_dimension(first, first_name)),
-        _pointer(second), _int(_leading_dimension(second, second_name)),
-        _double(beta), _pointer(result), _int(_leading_dimension(result, result_name)),
+    call(
+        flags[0], flags[1], int_reference(shape[0]), int_reference(shape[1]),
+        double_reference(alpha),
+        double_pointer(first), int_reference(_leading_dimension(first, first_name)),
+        double_pointer(second), int_reference(_leading_dimension(second, second_name)),
+        double_reference(beta),
+        double_pointer(result), int_reference(_leading_dimension(result, result_name)),
     )  # fmt: skip
 
 

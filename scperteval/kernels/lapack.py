@@ -4,36 +4,34 @@ scipy's wrappers of LAPACK hold the interpreter lock for the whole call. For the
 eigenvalues of the PCA fit's band matrix (seconds for 5,000 genes) that stops
 every other worker of the pool at its next line of Python. This calls the same
 routine, ``dsbevx``, with the arguments :func:`scipy.linalg.eig_banded` gives it,
-through scipy's Cython interface (located with numba's documented helper) by
-``ctypes``, which releases the lock: the values are LAPACK's, bit for bit.
+through scipy's Cython interface (:mod:`scperteval.kernels._foreign`), which
+releases the lock: the values are LAPACK's, bit for bit.
 """
 
 from __future__ import annotations
 
 import ctypes
 from functools import cache
-from typing import Any
 
 import numpy as np
 
+from scperteval.kernels._foreign import (
+    CHAR,
+    DOUBLE,
+    INT,
+    double_pointer,
+    double_reference,
+    int_pointer,
+    int_reference,
+    routine,
+)
+
 __all__ = ["band_eigenvalues"]
 
-_INT = ctypes.POINTER(ctypes.c_int)
-_DOUBLE = ctypes.POINTER(ctypes.c_double)
-_CHAR = ctypes.c_char_p
 # jobz, range, uplo, n, kd, ab, ldab, q, ldq, vl, vu, il, iu, abstol, m, w, z, ldz, work,
 # iwork, ifail, info
-_SIGNATURE = (_CHAR, _CHAR, _CHAR, _INT, _INT, _DOUBLE, _INT, _DOUBLE, _INT, _DOUBLE,
-              _DOUBLE, _INT, _INT, _DOUBLE, _INT, _DOUBLE, _DOUBLE, _INT, _DOUBLE, _INT, _INT,
-              _INT)  # fmt: skip
-
-
-@cache
-def _dsbevx() -> Any:
-    from numba.extending import get_cython_function_address
-
-    address = get_cython_function_address("scipy.linalg.cython_lapack", "dsbevx")
-    return ctypes.CFUNCTYPE(None, *_SIGNATURE)(address)
+_SIGNATURE = (CHAR, CHAR, CHAR, INT, INT, DOUBLE, INT, DOUBLE, INT, DOUBLE, DOUBLE, INT, INT,
+              DOUBLE, INT, DOUBLE, DOUBLE, INT, DOUBLE, INT, INT, INT)  # fmt: skip
 
 
 @cache
@@ -42,10 +40,6 @@ def _absolute_tolerance() -> float:
 
     # scipy's choice for eig_banded: twice the safe minimum, LAPACK's most accurate.
     return 2.0 * float(lapack.dlamch("s"))
-
-
-def _pointer(array: np.ndarray, kind: Any) -> Any:
-    return array.ctypes.data_as(kind)
 
 
 def band_eigenvalues(band: np.ndarray, first: int, last: int) -> np.ndarray:
@@ -87,37 +81,18 @@ def band_eigenvalues(band: np.ndarray, first: int, last: int) -> np.ndarray:
     failed = np.zeros(max(order, 1), dtype=np.intc)
     found = ctypes.c_int(0)
     info = ctypes.c_int(0)
-
-    def integer(value: int) -> Any:
-        return ctypes.byref(ctypes.c_int(int(value)))
-
-    def real(value: float) -> Any:
-        return ctypes.byref(ctypes.c_double(float(value)))
-
-    _dsbevx()(
-        b"N",
-        b"I",
-        b"L",
-        integer(order),
-        integer(rows - 1),
-        _pointer(matrix, _DOUBLE),
-        integer(rows),
-        _pointer(unused, _DOUBLE),
-        integer(1),
-        real(0.0),
-        real(1.0),
-        integer(first + 1),
-        integer(last + 1),
-        real(_absolute_tolerance()),
-        ctypes.byref(found),
-        _pointer(values, _DOUBLE),
-        _pointer(unused, _DOUBLE),
-        integer(1),
-        _pointer(work, _DOUBLE),
-        _pointer(integer_work, _INT),
-        _pointer(failed, _INT),
+    routine("lapack", "dsbevx", *_SIGNATURE)(
+        b"N", b"I", b"L", int_reference(order), int_reference(rows - 1),
+        double_pointer(matrix), int_reference(rows),
+        double_pointer(unused), int_reference(1),
+        double_reference(0.0), double_reference(1.0),
+        int_reference(first + 1), int_reference(last + 1),
+        double_reference(_absolute_tolerance()),
+        ctypes.byref(found), double_pointer(values),
+        double_pointer(unused), int_reference(1),
+        double_pointer(work), int_pointer(integer_work), int_pointer(failed),
         ctypes.byref(info),
-    )
+    )  # fmt: skip
     if info.value != 0:
         raise np.linalg.LinAlgError(f"LAPACK's dsbevx failed (info={info.value})")
     return values[: found.value].copy()
