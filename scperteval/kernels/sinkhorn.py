@@ -74,14 +74,8 @@ def _softmin_rows(cost: np.ndarray, potential: np.ndarray, eps: float, out: np.n
         out[i] = -eps * (math.log(_products_sum(mantissas, powers)) + largest)
 
 
-def _softmin(cost: np.ndarray, potential: np.ndarray, eps: float) -> np.ndarray:
-    out = np.empty(cost.shape[0])
-    _softmin_rows(cost, potential, float(eps), out)
-    return out
-
-
 @numba.njit(cache=True, nogil=True)
-def _compiled_softmin(cost: np.ndarray, potential: np.ndarray, eps: float) -> np.ndarray:
+def _softmin(cost: np.ndarray, potential: np.ndarray, eps: float) -> np.ndarray:
     out = np.empty(cost.shape[0])
     _softmin_rows(cost, potential, eps, out)
     return out
@@ -104,15 +98,15 @@ def _anneal_compiled(
     the interpreter's share of each step was as large as the soft-minima's.
     """
     eps = temperatures[0]
-    g_ab = _compiled_softmin(cost_yx, log_a, eps)
-    f_ba = _compiled_softmin(cost_xy, log_b, eps)
-    f_aa = _compiled_softmin(cost_xx, log_a, eps)
-    g_bb = _compiled_softmin(cost_yy, log_b, eps)
+    g_ab = _softmin(cost_yx, log_a, eps)
+    f_ba = _softmin(cost_xy, log_b, eps)
+    f_aa = _softmin(cost_xx, log_a, eps)
+    g_bb = _softmin(cost_yy, log_b, eps)
     for eps in temperatures:
-        f_ba_next = _compiled_softmin(cost_xy, log_b + g_ab / eps, eps)
-        g_ab_next = _compiled_softmin(cost_yx, log_a + f_ba / eps, eps)
-        f_aa_next = _compiled_softmin(cost_xx, log_a + f_aa / eps, eps)
-        g_bb_next = _compiled_softmin(cost_yy, log_b + g_bb / eps, eps)
+        f_ba_next = _softmin(cost_xy, log_b + g_ab / eps, eps)
+        g_ab_next = _softmin(cost_yx, log_a + f_ba / eps, eps)
+        f_aa_next = _softmin(cost_xx, log_a + f_aa / eps, eps)
+        g_bb_next = _softmin(cost_yy, log_b + g_bb / eps, eps)
         f_ba = 0.5 * (f_ba + f_ba_next)
         g_ab = 0.5 * (g_ab + g_ab_next)
         f_aa = 0.5 * (f_aa + f_aa_next)
