@@ -55,6 +55,12 @@ def bad_files(small_path) -> Path:
     good.to_csv(folder / "good.csv", index=False)
     np.savez(folder / "lacking.npz", X=np.zeros((2, 2)))
     (folder / "broken.parquet").write_text("not parquet")
+    stored = small_path.read_bytes()
+    (folder / "truncated.h5ad").write_bytes(stored[: len(stored) // 2])
+    damaged_h5ad = bytearray(stored)
+    damaged_h5ad[len(stored) // 4 : 3 * len(stored) // 4] = bytes(len(stored) // 2)
+    (folder / "damaged.h5ad").write_bytes(bytes(damaged_h5ad))
+    (folder / "table.h5ad").write_text("cell,gene\n1,2\n")
     (folder / "empty.toml").write_text('description = "no protocols"\n')
     (folder / "binary.toml").write_bytes(bytes(range(256)))
     (folder / "a_file").write_text("not a folder")
@@ -117,6 +123,26 @@ CASES: list[tuple[str, list[str], str]] = [
         "missing file",
         ["calibrate", "{tmp}/absent.h5ad", "-p", "mse", "--out", "{out}"],
         r"absent\.h5ad",
+    ),
+    (
+        "truncated .h5ad",
+        ["calibrate", "{bad}/truncated.h5ad", "-p", "mse", "--out", "{out}"],
+        r"truncated\.h5ad: cannot read as \.h5ad \(OSError: .*truncated file",
+    ),
+    (
+        "damaged .h5ad",
+        ["calibrate", "{bad}/damaged.h5ad", "-p", "mse", "--out", "{out}"],
+        r"damaged\.h5ad: cannot read as \.h5ad",
+    ),
+    (
+        ".h5ad that is no HDF5 file",
+        ["calibrate", "{bad}/table.h5ad", "-p", "mse", "--out", "{out}"],
+        r"table\.h5ad: cannot read as \.h5ad \(OSError: .*file signature not found",
+    ),
+    (
+        "truncated .h5ad prediction",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/truncated.h5ad", "--out", "{out}"],
+        r"prediction 'm': cannot read .*truncated\.h5ad as AnnData",
     ),
     (
         "unknown protocol",

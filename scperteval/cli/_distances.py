@@ -139,6 +139,7 @@ def _check_data(adata: Any, args: argparse.Namespace, subset: dict[str, Any]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Run ``scperteval distances``."""
+    from scperteval.data.h5ad import is_anndata
     from scperteval.data.matrix_io import open_data
     from scperteval.distances import bootstrap, onesided, pairwise, permutation_test
     from scperteval.distances._figures import distance_figure
@@ -147,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
     checked = _check_options(args)
     started = time.perf_counter()
     adata, _ = open_data(args.data, backed=False)
+    if not is_anndata(adata):
+        # Distances read embeddings (obsm) too, which only a full AnnData holds.
+        adata = adata.to_anndata()
     _check_data(adata, args, checked["subset"])
     common = {
         "groups": checked["groups"],

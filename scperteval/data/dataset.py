@@ -1,12 +1,12 @@
 """Reading and validating a perturbation dataset.
 
-A :class:`Dataset` wraps an AnnData (in memory or opened backed from an
-``.h5ad`` file) together with the column names that give it meaning:
-which column labels the perturbation, which label marks control cells, and
-optionally which column holds a covariate (cell line, cell type) within which
-every statistic is computed. It validates the input once, with one-line errors
-that name the file, the column and the offending values, and streams the
-expression matrix in row chunks so that files larger than memory work.
+A :class:`Dataset` wraps an AnnData (in memory, read from an ``.h5ad`` file
+without anndata where it can, or opened backed) together with the column names
+that give it meaning: which column labels the perturbation, which label marks
+control cells, and optionally which column holds a covariate (cell line, cell
+type) within which every statistic is computed. It validates the input once,
+with one-line errors that name the file, the column and the offending values, and
+streams the expression matrix in row chunks so that files larger than memory work.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ class Dataset:
     Parameters
     ----------
     data
-        An :class:`anndata.AnnData` or a path to an ``.h5ad`` file.
+        An :class:`anndata.AnnData`, a
+        :class:`~scperteval.data.h5ad.StoredAnnData`, or a path to an ``.h5ad`` file.
     perturbation_key
         Column of ``obs`` with the perturbation label of every cell.
     control_label
@@ -98,6 +99,18 @@ class Dataset:
         Number of rows read at a time when streaming the matrix; by default all
         rows of an in-memory matrix (read without copying) and
         ``DEFAULT_CHUNK_CELLS`` of a backed one.
+
+    Attributes
+    ----------
+    adata
+        The data read: the :class:`anndata.AnnData` given, or for a file a
+        :class:`~scperteval.data.h5ad.StoredAnnData`, a lightweight read-only
+        container with the same attributes (``obs``, ``var``, ``obs_names``,
+        ``var_names``, ``X``, ``layers``, ``n_obs``, ``n_vars``, ``shape``),
+        read without importing anndata; its ``to_anndata()`` gives a full AnnData.
+        A file stored in an encoding that container does not read is read by
+        anndata, and ``adata`` is then an AnnData. A backed dataset's ``adata``
+        holds ``obs`` and ``var`` only (its matrices stay on disk).
 
     Raises
     ------

@@ -4,7 +4,8 @@ The helpers behind :class:`~scperteval.data.dataset.Dataset`: opening the input
 (:func:`open_data`, backed files through :mod:`scperteval.data.ondisk`), cutting row
 ranges and row selections out of whichever matrix type holds the data
 (:func:`read_matrix_rows`, :func:`csr_row_view`), and keeping only the matrix of
-an AnnData when it is shipped to another process (:func:`matrix_only`).
+an AnnData when it is shipped to another process (:func:`matrix_only`). Files are
+read by :mod:`scperteval.data.h5ad`, without importing anndata when it can.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from scperteval.data.h5ad import StoredAnnData, is_anndata, read_h5ad
 from scperteval.data.ondisk import DiskCSR, open_h5ad, read_rows
 from scperteval.errors import DatasetError
 
@@ -39,7 +41,8 @@ def open_data(data: Any, backed: bool | str) -> tuple[Any, dict[str | None, Any]
     Parameters
     ----------
     data
-        An AnnData (returned as is) or the path to an ``.h5ad`` file.
+        An AnnData or :class:`~scperteval.data.h5ad.StoredAnnData` (returned as
+        is) or the path to an ``.h5ad`` file.
     backed
         ``True``: leave the matrices on disk; ``False``: read the file;
         ``"auto"``: on disk when the file is over a third of the available memory.
@@ -47,8 +50,9 @@ def open_data(data: Any, backed: bool | str) -> tuple[Any, dict[str | None, Any]
     Returns
     -------
     tuple
-        The AnnData and, when read backed, the stored matrices by layer name
-        (``None`` for ``X``); else ``None``.
+        The AnnData (for a file, a :class:`~scperteval.data.h5ad.StoredAnnData`
+        unless it needs anndata to be read) and, when read backed, the stored
+        matrices by layer name (``None`` for ``X``); else ``None``.
 
     Raises
     ------
@@ -56,9 +60,7 @@ def open_data(data: Any, backed: bool | str) -> tuple[Any, dict[str | None, Any]
         If the input is not an AnnData or a readable ``.h5ad`` file.
 
     """
-    import anndata
-
-    if isinstance(data, anndata.AnnData):
+    if is_anndata(data) or isinstance(data, StoredAnnData):
         return data, None
     if not isinstance(data, (str, os.PathLike)):
         raise DatasetError(
@@ -74,34 +76,33 @@ def open_data(data: Any, backed: bool | str) -> tuple[Any, dict[str | None, Any]
     try:
         if backed:
             return open_h5ad(path)
-        return anndata.read_h5ad(path), None
+        return read_h5ad(path), None
     except Exception as exc:  # noqa: BLE001 - any reader failure means unreadable input
         raise DatasetError(f"{path}: cannot read as .h5ad ({type(exc).__name__}: {exc})") from None
 
 
-def matrix_only(adata: Any, layer: str | None) -> Any:
-    """An AnnData with ``adata``'s expression matrix (``X`` or ``layer``) and names only.
+def matrix_only(adata: Any, layer: str | None) -> StoredAnnData:
+    """A container of ``adata``'s expression matrix (``X`` or ``layer``) and names only.
 
     Parameters
     ----------
     adata
-        The full AnnData.
+        The full AnnData (or :class:`~scperteval.data.h5ad.StoredAnnData`).
     layer
         The layer holding the expression, or ``None`` for ``X``.
 
     Returns
     -------
-    anndata.AnnData
-        No annotations beyond cell and gene names, no other layers.
+    StoredAnnData
+        No annotations beyond cell and gene names, no other layers; it pickles
+        without anndata, so a worker receiving it need not import anndata.
 
     """
-    import anndata
-
     obs = pd.DataFrame(index=adata.obs_names)
     var = pd.DataFrame(index=adata.var_names)
     if layer is None:
-        return anndata.AnnData(X=adata.X, obs=obs, var=var)
-    return anndata.AnnData(obs=obs, var=var, layers={layer: adata.layers[layer]})
+        return StoredAnnData(obs, var, X=adata.X)
+    return StoredAnnData(obs, var, layers={layer: adata.layers[layer]})
 
 
 def available_memory() -> float:

@@ -82,20 +82,31 @@ def open_h5ad(path: Path) -> tuple[Any, dict[str | None, Any]]:
     Returns
     -------
     tuple
-        An :class:`anndata.AnnData` with ``obs`` and ``var`` only, and the stored
+        A :class:`~scperteval.data.h5ad.StoredAnnData` with ``obs`` and ``var``
+        only (no ``X``, ``layers`` empty), or an :class:`anndata.AnnData` with the
+        same when they are stored in an encoding that needs anndata, and the stored
         matrices by layer name (``None`` for ``X``), unopened (see :func:`on_disk`).
 
     """
-    import anndata
     import h5py
-    from anndata.io import read_elem
+
+    from scperteval.data.h5ad_elements import UnsupportedEncoding, read_dataframe
+    from scperteval.data.stored import StoredAnnData
 
     # No chunk cache: the matrix is read either in long row ranges, which HDF5 copies
     # straight from the file, or row by row for a perturbation's scattered cells,
     # where a cache that can hold a chunk makes every row read its whole chunk (a
     # million values in files written with large chunks): 8 times slower per row.
     handle = h5py.File(path, "r", rdcc_nbytes=0)
-    adata = anndata.AnnData(obs=read_elem(handle["obs"]), var=read_elem(handle["var"]))
+    adata: Any
+    try:
+        adata = StoredAnnData(read_dataframe(handle["obs"]), read_dataframe(handle["var"]))
+    except (UnsupportedEncoding, KeyError, TypeError, ValueError):
+        # Older files, other encodings, or malformed tables: anndata reads or explains them.
+        import anndata
+        from anndata.io import read_elem
+
+        adata = anndata.AnnData(obs=read_elem(handle["obs"]), var=read_elem(handle["var"]))
     nodes: dict[str | None, Any] = {}
     if "X" in handle:
         nodes[None] = handle["X"]

@@ -4,7 +4,8 @@ Every form is read into a :class:`PredictionTable`: a rows x genes matrix with
 the gene names, each row's perturbation label and, when the truth has one, its
 covariate. Accepted forms, in Python and as files on the command line:
 
-- an AnnData of predicted cells or pseudobulk rows (in memory or ``.h5ad``),
+- an AnnData of predicted cells or pseudobulk rows (in memory or ``.h5ad``, read
+  without anndata where it can: :mod:`scperteval.data.h5ad`),
   labelled by the truth's perturbation column in ``obs`` (or, failing that, by
   ``obs_names`` when they are the truth's perturbation labels);
 - a table with one row per perturbation and one column per gene: a
@@ -31,6 +32,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scperteval.data.dataset import Dataset
+from scperteval.data.h5ad import StoredAnnData, is_anndata, read_h5ad
 from scperteval.data.labels import listing
 from scperteval.errors import DatasetError
 
@@ -134,15 +136,13 @@ def read_prediction(value: Any, name: str, dataset: Dataset) -> PredictionTable:
         For an unreadable file, an unsupported type or missing labels.
 
     """
-    import anndata
-
     where = f"prediction {name!r}"
     if isinstance(value, (str, os.PathLike)):
         path = Path(value)
         if not path.exists():
             raise DatasetError(f"{where}: file {path} not found")
         return _read_file(path, where, dataset)
-    if isinstance(value, anndata.AnnData):
+    if is_anndata(value) or isinstance(value, StoredAnnData):
         return _from_anndata(value, "AnnData", where, dataset)
     if isinstance(value, pd.DataFrame):
         return _from_frame(value, "DataFrame", where, dataset)
@@ -161,15 +161,12 @@ def _read_file(path: Path, where: str, dataset: Dataset) -> PredictionTable:
     form = PREDICTION_SUFFIXES.get(suffix)
     if form is None:
         raise DatasetError(
-            f"{where}: cannot read {path.name}: accepted files are "
-            f"{', '.join(PREDICTION_SUFFIXES)}"
+            f"{where}: cannot read {path.name}: accepted files are {', '.join(PREDICTION_SUFFIXES)}"
         )
     described = f"{form} {path}"
     try:
         if suffix == ".h5ad":
-            import anndata
-
-            return _from_anndata(anndata.read_h5ad(path), described, where, dataset)
+            return _from_anndata(read_h5ad(path), described, where, dataset)
         if suffix in (".csv", ".tsv"):
             frame = pd.read_csv(
                 path, sep="," if suffix == ".csv" else "\t", float_precision="round_trip"
@@ -198,8 +195,7 @@ def _from_anndata(adata: Any, described: str, where: str, dataset: Dataset) -> P
         source = "obs_names"
     else:
         raise DatasetError(
-            f"{where}: perturbation column {key!r} not found in obs"
-            + _column_hint(obs, dataset)
+            f"{where}: perturbation column {key!r} not found in obs" + _column_hint(obs, dataset)
         )
     if adata.X is None:
         raise DatasetError(f"{where}: no expression matrix X")

@@ -1,0 +1,214 @@
+"""A read-only container for what an evaluation reads of an ``.h5ad`` file.
+
+:class:`StoredAnnData` holds the cell and gene annotations and the expression
+matrices read by :func:`scperteval.data.h5ad.read_h5ad`, under the attribute
+names of :class:`anndata.AnnData`, so that code written for an AnnData reads it
+unchanged; :class:`StoredLayers` reads each layer from the file only when it is
+asked for, so that a file with many layers costs the memory of the one used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from scperteval.data.h5ad_elements import UnsupportedEncoding, read_matrix
+from scperteval.errors import DatasetError
+
+__all__ = ["StoredAnnData", "StoredLayers"]
+
+
+class StoredLayers(Mapping[str, Any]):
+    """The layers of an ``.h5ad`` file, each read from the file when first asked for.
+
+    Listing the names (``keys()``, ``in``, ``len``) reads nothing; a layer is read
+    on first access (the file is opened for that read only) and kept after.
+
+    Parameters
+    ----------
+    path
+        The file.
+    names
+        The names of its layers, each already checked to be readable.
+    shape
+        The shape every layer has (cells x genes).
+
+    """
+
+    def __init__(self, path: Path, names: list[str], shape: tuple[int, int]) -> None:
+        self._path = Path(path)
+        self._names = tuple(names)
+        self._shape = shape
+        self._read: dict[str, Any] = {}
+
+    @property
+    def loaded(self) -> tuple[str, ...]:
+        """Names of the layers read from the file so far."""
+        return tuple(self._read)
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._read:
+            if name not in self._names:
+                raise KeyError(name)
+            import h5py
+
+            where = f"{self._path}: layer {name!r}"
+            with h5py.File(self._path, "r") as handle:
+                try:
+                    matrix = read_matrix(handle["layers"][name])
+                except (KeyError, UnsupportedEncoding) as exc:
+                    # Checked when the file was opened: it changed since.
+                    raise DatasetError(f"{where} cannot be read any more ({exc})") from None
+            if matrix.shape != self._shape:
+                raise DatasetError(f"{where} has shape {matrix.shape}, not {self._shape}")
+            self._read[name] = matrix
+        return self._read[name]
+
+    def __contains__(self, name: object) -> bool:
+        # Mapping's default would read the layer to answer.
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"StoredLayers({list(self._names)}, loaded={list(self._read)})"
+
+
+class StoredAnnData:
+    """Annotations and expression matrices of an ``.h5ad`` file, without anndata.
+
+    A read-only stand-in for :class:`anndata.AnnData` with the attributes this
+    package reads: ``obs``, ``var``, ``obs_names``, ``var_names``, ``X``,
+    ``layers``, ``n_obs``, ``n_vars``, ``shape``, ``isbacked`` (``False``) and
+    ``filename`` (``None``). :meth:`to_anndata` gives a real AnnData.
+
+    Parameters
+    ----------
+    obs, var
+        Cell and gene annotations.
+    X
+        The expression matrix, or ``None``.
+    layers
+        Further matrices by name: a dict or :class:`StoredLayers`.
+    source
+        The file read, whose other elements :meth:`to_anndata` reads; ``None``
+        for a container built in memory.
+
+    """
+
+    isbacked = False
+    filename = None
+
+    def __init__(
+        self,
+        obs: pd.DataFrame,
+        var: pd.DataFrame,
+        X: Any = None,
+        layers: Mapping[str, Any] | None = None,
+        source: Path | None = None,
+    ) -> None:
+        if X is not None and tuple(X.shape) != (len(obs), len(var)):
+            raise ValueError(f"X has shape {X.shape}, obs and var {(len(obs), len(var))}")
+        self._obs = obs
+        self._var = var
+        self._X = X
+        self._layers: Mapping[str, Any] = {} if layers is None else layers
+        self._source = source
+
+    @property
+    def obs(self) -> pd.DataFrame:
+        """Cell annotations, one row per cell."""
+        return self._obs
+
+    @property
+    def var(self) -> pd.DataFrame:
+        """Gene annotations, one row per gene."""
+        return self._var
+
+    @property
+    def X(self) -> Any:
+        """The expression matrix (cells x genes), or ``None``."""
+        return self._X
+
+    @property
+    def layers(self) -> Mapping[str, Any]:
+        """Further expression matrices by name."""
+        return self._layers
+
+    @property
+    def obs_names(self) -> pd.Index:
+        """Cell names (the index of ``obs``)."""
+        return self._obs.index
+
+    @property
+    def var_names(self) -> pd.Index:
+        """Gene names (the index of ``var``)."""
+        return self._var.index
+
+    @property
+    def n_obs(self) -> int:
+        """Number of cells."""
+        return len(self._obs)
+
+    @property
+    def n_vars(self) -> int:
+        """Number of genes."""
+        return len(self._var)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(n_obs, n_vars)``."""
+        return self.n_obs, self.n_vars
+
+    def to_anndata(self) -> Any:
+        """A full :class:`anndata.AnnData` (imports anndata).
+
+        ``X``, ``obs``, ``var`` and every layer come from this container (the
+        matrices are shared, not copied); for a container read from a file, the
+        file's other elements (``obsm``, ``varm``, ``obsp``, ``varp``, ``uns``,
+        ``raw``) are read by anndata.
+
+        Returns
+        -------
+        anndata.AnnData
+            As ``anndata.read_h5ad`` gives it.
+
+        """
+        import anndata
+
+        extra: dict[str, Any] = {}
+        if self._source is not None:
+            import h5py
+
+            read_elem = _anndata_read_elem()
+            with h5py.File(self._source, "r") as handle:
+                for key in ("obsm", "varm", "obsp", "varp", "uns"):
+                    if key in handle:
+                        extra[key] = read_elem(handle[key])
+                if "raw" in handle:
+                    raw = handle["raw"]
+                    extra["raw"] = {k: read_elem(raw[k]) for k in ("X", "var", "varm") if k in raw}
+        layers = {name: self._layers[name] for name in self._layers}
+        return anndata.AnnData(X=self._X, obs=self._obs, var=self._var, layers=layers, **extra)
+
+    def __repr__(self) -> str:
+        return (
+            f"StoredAnnData with n_obs x n_vars = {self.n_obs} x {self.n_vars}; "
+            f"obs: {list(map(str, self._obs.columns))}; layers: {list(self._layers)}"
+        )
+
+
+def _anndata_read_elem() -> Any:
+    """The ``read_elem`` of anndata (its module moved in anndata 0.11)."""
+    try:
+        from anndata.io import read_elem
+    except ImportError:  # anndata < 0.11
+        from anndata.experimental import read_elem
+    return read_elem
