@@ -73,3 +73,20 @@ def test_selection_of_columns_past_the_last_selected_gene():
     space = selection([0, 1])
     rows = np.arange(10)
     np.testing.assert_array_equal(space.matrix_of_rows(matrix, rows), space.matrix(matrix))
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        np.array(["GENE1", "GENE2", "MT-CO1"], dtype=object),
+        np.array(["GENE1", "GENE2", "MT-CO1"]),
+        np.array([1, "GENE2", 3.5], dtype=object),
+        np.array([np.str_("A"), "B"], dtype=object),
+        np.array([], dtype=object),
+    ],
+)
+def test_feature_names_are_plain_strings(names):
+    space = FeatureMap(label="selection", names=names, genes=np.arange(names.shape[0]))
+    expected = tuple(str(value) for value in names)
+    assert space.feature_names == expected
+    assert all(type(name) is str for name in space.feature_names)

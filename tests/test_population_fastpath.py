@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -17,9 +18,10 @@ from scipy.spatial.distance import cdist
 
 from scperteval.context import Context
 from scperteval.data.dataset import Dataset
-from scperteval.engine.dispatch import CONTROLS, run_protocols
+from scperteval.engine.dispatch import CONTROLS, run_protocols, task_count
 from scperteval.engine.engine import Engine
 from scperteval.engine.fastpath import plan_population, population_value
+from scperteval.engine.pairs import NumpyPairs
 from scperteval.engine.protocol import Protocol
 from scperteval.engine.spaces import resolve_space
 from scperteval.engine.views import centering_vector, make_view
@@ -297,3 +299,53 @@ def test_dense_data_takes_the_same_paths(adata):
     sparse_table = run_protocols(make_engine(adata), [protocol("energy_pca")], CONTROLS)
     dense_table = run_protocols(make_engine(dense), [protocol("energy_pca")], CONTROLS)
     np.testing.assert_allclose(dense_table["value"], sparse_table["value"], rtol=1e-9)
+
+
+class CountingPairs(NumpyPairs):
+    """The reference backend, counting the pairs each sum visits."""
+
+    def __init__(self):
+        self.pairs = 0
+        self.passes_by_transforms: Counter[int] = Counter()
+
+    def sums(self, x, y, transforms):
+        n = x.shape[0]
+        self.pairs += n * (n - 1) // 2 if y is None else n * y.shape[0]
+        self.passes_by_transforms[len(transforms)] += 1
+        return super().sums(x, y, transforms)
+
+
+@pytest.mark.parametrize("sample_cells", [8192, 60])
+@pytest.mark.parametrize("space", ["pca", "top_k"])
+def test_protocols_of_one_space_share_every_pass(adata, space, sample_cells):
+    names = [f"energy_{space}", f"mmd_{space}"]
+    counted = {}
+    tables = {}
+    for run in (names, names[:1], names[1:]):
+        engine = make_engine(adata, sample_cells=sample_cells)
+        engine.pairs = CountingPairs()
+        tables[tuple(run)] = run_protocols(engine, [protocol(n) for n in run], CONTROLS, workers=2)
+        counted[tuple(run)] = engine.pairs
+    together, energy, kernel = (counted[tuple(run)] for run in (names, names[:1], names[1:]))
+    # Every pass of the kernel protocol is one the energy distance makes anyway (its
+    # sample's own distances apart, which the kernel keeps stored instead of summing).
+    assert together.pairs == energy.pairs
+    assert kernel.pairs > 0
+    assert together.passes_by_transforms[2] > 0
+    both = tables[tuple(names)]
+    for name in names:
+        alone = tables[(name,)]
+        inside = both[both["protocol"] == name].reset_index(drop=True)
+        assert np.array_equal(alone["value"], inside["value"], equal_nan=True), name
+
+
+def test_a_task_per_space_and_perturbation_counts_its_protocols(adata):
+    names = ["energy_pca", "mmd_pca", "energy_top_k", "mmd_top_k"]
+    protocols = [protocol(n) for n in names]
+    engine = make_engine(adata)
+    steps: list[int] = []
+    table = run_protocols(engine, protocols, CONTROLS, workers=2, progress=steps.append)
+    assert sum(steps) == task_count(engine, protocols)
+    # One task per space and perturbation, each standing for both of its protocols.
+    assert steps == [2] * (2 * engine.context.layout.n_conditions)
+    assert len(table) == len(names) * engine.context.layout.n_conditions * len(CONTROLS)

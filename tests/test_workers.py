@@ -82,7 +82,7 @@ def test_a_bounded_queue_runs_every_task_once_with_the_same_values(monkeypatch):
     )
     protocols = "pearson_delta_ctrl,mse,rank_full,de_auroc"
     expected = scperteval.calibrate(adata, protocols, covariate_key="cell_line", workers=2)
-    tasks = (dispatch._perturbation_task, dispatch._dataset_task)
+    tasks = (dispatch._perturbation_task, dispatch._dataset_task, dispatch._protocols_task)
     submitted = []
     in_flight = []
 
@@ -97,7 +97,11 @@ def test_a_bounded_queue_runs_every_task_once_with_the_same_values(monkeypatch):
             if fn in tasks:
                 with self.lock:
                     self.waiting += 1
-                    submitted.append((fn.__name__, args[1].name, args[2]))
+                    # A task of several protocols of one space holds a tuple of them.
+                    names = (
+                        [p.name for p in args[1]] if isinstance(args[1], tuple) else [args[1].name]
+                    )
+                    submitted.extend((fn.__name__, name, args[2]) for name in names)
                     in_flight.append(self.waiting)
                 future.add_done_callback(self._done)
             return future

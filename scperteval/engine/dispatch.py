@@ -169,6 +169,7 @@ def _run_protocols(
     if pool is None:
         fit_shared_spaces(engine, protocols)
     ordered: list[tuple[tuple[bool, str, int, int], Task]] = []
+    grouped: dict[tuple[bool, str], list[Protocol]] = {}
     for index, protocol in enumerate(protocols):
         # Tasks that need no shared space run first, beside the fits of those spaces.
         later = not space_is_per_condition(protocol.space)
@@ -177,17 +178,19 @@ def _run_protocols(
                 key = (later, "", index, covariate)
                 ordered.append((key, (_dataset_task, (protocol, covariate))))
         elif protocol.representation in ("population", "de"):
-            # The population and DE protocols of one space, perturbation by
-            # perturbation, so that each source's cells are mapped to the space, and
-            # its statistics (a sample without the perturbation's cells) computed,
-            # once for all of them and then dropped.
-            for condition in range(layout.n_conditions):
-                key = (later, protocol.space, condition, index)
-                ordered.append((key, (_perturbation_task, (protocol, condition))))
+            grouped.setdefault((later, protocol.space), []).append(protocol)
         else:
             for condition in range(layout.n_conditions):
                 key = (later, "", index, condition)
                 ordered.append((key, (_perturbation_task, (protocol, condition))))
+    # The population and DE protocols of one space run in one task per perturbation,
+    # so that each source's cells are mapped to the space, its statistics (a sample
+    # without the perturbation's cells) computed and its pair sums taken once for all
+    # of them, by one thread (another would wait for them), and then dropped.
+    for (later, space), members in grouped.items():
+        for condition in range(layout.n_conditions):
+            key = (later, space, condition, 0)
+            ordered.append((key, (_protocols_task, (tuple(members), condition))))
     tasks = [task for _, task in sorted(ordered, key=lambda item: item[0])]
     rows: list[dict[str, Any]] = []
     if is_dask_client(executor):
@@ -195,14 +198,15 @@ def _run_protocols(
 
         fit_shared_spaces(engine, protocols)
         conditions = [
-            arguments[1] if function is _perturbation_task else None
+            arguments[1] if function in (_perturbation_task, _protocols_task) else None
             for function, arguments in tasks
         ]
         session = cluster_session(executor, engine)
         for finished in session.run(engine, tasks, candidates, conditions):
             rows.extend(finished)
             if progress is not None:
-                progress(1)
+                # A task runs one or more protocols for one perturbation (or group).
+                progress(max(1, len({row["protocol"] for row in finished})))
         return _sorted_table(engine, rows)
     futures: set[cf.Future[list[dict[str, Any]]]] = set()
     warm: list[cf.Future[None]] = []
@@ -211,7 +215,7 @@ def _run_protocols(
             for function, arguments in tasks:
                 rows.extend(function(engine, *arguments, candidates))
                 if progress is not None:
-                    progress(1)
+                    progress(_task_units(function, arguments))
         else:
             # The shared spaces' fits (a PCA) are submitted first and run beside the
             # tasks that do not need them; the tasks that do wait for the fit.
@@ -231,8 +235,11 @@ def _run_protocols(
             completed: queue.SimpleQueue[cf.Future[list[dict[str, Any]]]] = queue.SimpleQueue()
             waiting = iter(tasks)
             limit = max(MIN_QUEUED_TASKS, QUEUED_TASKS_PER_WORKER * workers)
+            units: dict[cf.Future[list[dict[str, Any]]], int] = {}
             for function, arguments in itertools.islice(waiting, limit):
-                futures.add(pool.submit(function, engine, *arguments, candidates))
+                submitted = pool.submit(function, engine, *arguments, candidates)
+                futures.add(submitted)
+                units[submitted] = _task_units(function, arguments)
             for submitted in list(futures):
                 submitted.add_done_callback(completed.put)
             while futures:
@@ -240,10 +247,11 @@ def _run_protocols(
                 futures.discard(task_future)
                 rows.extend(task_future.result())
                 if progress is not None:
-                    progress(1)
+                    progress(units.pop(task_future))
                 for function, arguments in itertools.islice(waiting, 1):
                     submitted = pool.submit(function, engine, *arguments, candidates)
                     futures.add(submitted)
+                    units[submitted] = _task_units(function, arguments)
                     submitted.add_done_callback(completed.put)
             for done in warm:
                 done.result()
@@ -426,6 +434,24 @@ def _row(
 
 def _failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def _task_units(function: Callable[..., Any], arguments: tuple[Any, ...]) -> int:
+    """How many of :func:`task_count`'s tasks one task of the run stands for."""
+    return len(arguments[0]) if function is _protocols_task else 1
+
+
+def _protocols_task(
+    engine: Engine,
+    protocols: Sequence[Protocol],
+    condition: int,
+    candidates: Sequence[Candidate],
+) -> list[dict[str, Any]]:
+    """The rows of several protocols of one space for one perturbation, in turn."""
+    rows: list[dict[str, Any]] = []
+    for protocol in protocols:
+        rows.extend(_perturbation_task(engine, protocol, condition, candidates))
+    return rows
 
 
 def _perturbation_task(

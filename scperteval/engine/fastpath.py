@@ -26,12 +26,15 @@ of it:
   exponentials over them, not the distances again. The value differs from the direct
   formula by float rounding only (the sums are grouped differently), about 1e-16 of
   the within-sample term.
-- **One pass for several protocols** in a per-perturbation space (``top_k``): the
-  candidate's within-sample sum cannot be shared between perturbations, but
-  protocols on the same space and view (``energy_top_k``, ``mmd_top_k``) share its
-  pairs: the first to run computes every planned transform of them in one pass
-  (:func:`~scperteval.metrics.population.pair_sums`), and each value is bit for bit
-  the one computed alone.
+- **One pass for several protocols** on the same space and view (``energy_pca``
+  and ``mmd_pca``, ``energy_top_k`` and ``mmd_top_k``): sums over pairs that cannot
+  be shared between perturbations (truth x candidate, truth x truth, the candidate's
+  own pairs where no leave-one-out step applies, and that step's pairs of the left-out
+  cells) are shared between the protocols: the first to run computes every planned
+  transform of them in one pass (:func:`~scperteval.metrics.population.pair_sums`),
+  and each value is bit for bit the one computed alone. The run gives a
+  perturbation's protocols of one space to one task, so that no thread waits for
+  another's pass.
 
 The truth x candidate and truth x truth sums are computed as the metric computes
 them (same shift, same tiles), so every value without a leave-one-out step is
@@ -204,8 +207,11 @@ def population_value(
 
     transform = _transform(planned, truth_bandwidth)
     x, y = _centred(x, y)
-    (cross,) = engine.pairs.sums(x, y, [transform])
-    within_x = 2.0 * engine.pairs.sums(x, None, [transform])[0]
+    pair_key = (engine.pairs.name, condition, protocol.space, protocol.centering, cache_key)
+    cross = _shared_sums(engine, protocol, truth_bandwidth, transform, ("cross", *pair_key), x, y)
+    within_x = 2.0 * _shared_sums(
+        engine, protocol, truth_bandwidth, transform, ("truth_within", *pair_key), x, None
+    )
     within_y = 2.0 * _candidate_within(
         engine,
         protocol,
@@ -242,40 +248,63 @@ def _candidate_within(
         covariate, index = source.sample
         sample_size = engine.perturbed_sample(covariate)[0].size
         if sample_size - index.size <= _LOO_FRACTION * index.size:
-            value = _leave_out_within(engine, protocol, covariate, space, index, planned, transform)
+            value = _leave_out_within(
+                engine,
+                protocol,
+                (condition, covariate, space, index, cache_key),
+                planned,
+                transform,
+                truth_bandwidth,
+            )
             if value is not None:
                 return value
-    if cache_key is not None and not shared:
+    key = ("pair_within", engine.pairs.name, condition, protocol.space, protocol.centering)
+    return _shared_sums(engine, protocol, truth_bandwidth, transform, (*key, cache_key), y, None)
+
+
+def _shared_sums(
+    engine: Engine,
+    protocol: Protocol,
+    truth_bandwidth: Callable[[], float],
+    transform: PairTransform,
+    key: tuple[Any, ...],
+    x: np.ndarray,
+    y: np.ndarray | None,
+) -> float:
+    """Sum of ``transform`` over the pairs of ``x`` and ``y`` (``y=None``: within ``x``).
+
+    When other planned protocols on the same space ask for other transforms of the
+    same pairs, the first computes all of them in one pass and the rest read theirs
+    under ``key``, whose last element is the candidate's cache key (``None``: not
+    shared).
+    """
+    if key[-1] is not None:
         wanted = engine.pair_plan.get(protocol.space, frozenset())
         transforms = sorted({_transform(p, truth_bandwidth) for p in wanted} | {transform})
         if len(transforms) > 1:
-            key = (
-                "pair_within",
-                engine.pairs.name,
-                condition,
-                protocol.space,
-                protocol.centering,
-                cache_key,
-            )
             sums = engine.memo(
                 key,
-                lambda: dict(zip(transforms, engine.pairs.sums(y, None, transforms), strict=True)),
+                lambda: dict(zip(transforms, engine.pairs.sums(x, y, transforms), strict=True)),
             )
             if transform in sums:
-                return sums[transform]
-    return engine.pairs.sums(y, None, [transform])[0]
+                return float(sums[transform])
+    return float(engine.pairs.sums(x, y, [transform])[0])
 
 
 def _leave_out_within(
     engine: Engine,
     protocol: Protocol,
-    covariate: int,
-    space: FeatureMap,
-    index: np.ndarray,
+    candidate: tuple[int, int, FeatureMap, np.ndarray, Hashable | None],
     planned: _Planned,
     transform: PairTransform,
+    truth_bandwidth: Callable[[], float],
 ) -> float | None:
-    """``W(S[index])`` from the whole sample's ``W(S)``, or ``None`` if not applicable."""
+    """``W(S[index])`` from the whole sample's ``W(S)``, or ``None`` if not applicable.
+
+    ``candidate`` is the condition, its covariate group, the space, the indices of
+    the candidate's cells in the group's sample and the candidate's cache key.
+    """
+    condition, covariate, space, index, cache_key = candidate
     base = _centred_sample(engine, covariate, space)
     if base is None:
         return None
@@ -286,8 +315,13 @@ def _leave_out_within(
     if own.shape[0] == 0:
         return total
     others = base[index]
-    (between,) = engine.pairs.sums(own, others, [transform])
-    (among,) = engine.pairs.sums(own, None, [transform])
+    key = (engine.pairs.name, condition, protocol.space, protocol.centering, cache_key)
+    between = _shared_sums(
+        engine, protocol, truth_bandwidth, transform, ("left_out_between", *key), own, others
+    )
+    among = _shared_sums(
+        engine, protocol, truth_bandwidth, transform, ("left_out_within", *key), own, None
+    )
     return total - between - among
 
 

@@ -48,10 +48,12 @@ class FeatureMap:
     @cached_property
     def feature_names(self) -> tuple[str, ...]:
         """The feature names as strings, built once per space (metric contexts share it)."""
-        if self.names.dtype.kind == "U":
-            # Fixed-width text: ``tolist`` makes the strings directly, 6x faster.
-            return tuple(self.names.tolist())
-        return tuple(map(str, self.names))
+        values = self.names.tolist()
+        # Fixed-width text gives strings directly, and gene names held as objects are
+        # strings already (the dataset reads them so): converting each is 3x slower.
+        if self.names.dtype.kind == "U" or set(map(type, values)) == {str}:
+            return tuple(values)
+        return tuple(map(str, values))
 
     @property
     def size(self) -> int:
