@@ -132,8 +132,9 @@ def ensure_prediction(data: Path, workdir: Path, perturbation_key: str = "pertur
 
 def measure(arguments: list[str], pythonpath: str | None, timeout: float) -> Measurement:
     """Run ``scperteval ARGUMENTS`` in a fresh interpreter; wall time and peak RSS."""
-    launcher = "import sys; from scperteval.cli import main; sys.argv[0] = 'scperteval'; "
-    launcher += "sys.exit(main())"
+    # The program's entry point (a baseline from before it existed: ``main``).
+    launcher = "import sys; from scperteval import cli; sys.argv[0] = 'scperteval'; "
+    launcher += "sys.exit(getattr(cli, 'console_main', cli.main)())"
     command = [sys.executable, "-c", launcher, *arguments]
     env = dict(os.environ)
     if pythonpath:
