@@ -6,6 +6,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import sys
 import sysconfig
 from importlib.metadata import version
 
@@ -213,3 +214,21 @@ def test_console_script_reports_errors_with_status_2(tmp_path):
     assert completed.returncode == 2
     assert completed.stderr.strip() == f"scperteval: error: {missing}: file not found"
     assert completed.stdout == ""
+
+
+def test_the_program_tunes_the_collector_and_a_call_from_python_does_not() -> None:
+    script = (
+        "import gc, sys\n"
+        "from scperteval import cli\n"
+        "before = (gc.get_threshold(), gc.get_freeze_count())\n"
+        "assert cli.main(['list', 'metrics']) == 0\n"
+        "assert (gc.get_threshold(), gc.get_freeze_count()) == before, before\n"
+        "assert cli.console_main() == 0\n"
+        "assert gc.get_threshold()[0] == cli.GC_THRESHOLD\n"
+        "assert gc.get_freeze_count() > 0\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, "list", "metrics"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "pearson" in done.stdout
