@@ -202,3 +202,65 @@ def test_band_eigenvalues_refuse_bad_ranges():
             band_eigenvalues(band, first, last)
     with pytest.raises(ValueError, match="float64"):
         band_eigenvalues(band.astype(np.float32), 0, 1)
+
+
+@pytest.mark.parametrize(("order", "width"), [(1, 1), (6, 2), (300, 16), (900, 64)])
+def test_band_lu_and_solves_are_scipys_bit_for_bit(order, width):
+    from scipy.linalg import lapack
+
+    from scperteval.kernels.lapack import band_lu, band_lu_solve
+
+    rng = np.random.default_rng(order + width)
+    general = np.zeros((3 * width + 1, order), order="F")
+    general[width:] = rng.standard_normal((2 * width + 1, order))
+    expected_lu, expected_pivots, expected_info = lapack.dgbtrf(general.copy(), width, width)
+    lu, pivots, info = band_lu(general.copy(order="F"), width, width)
+    assert info == expected_info == 0
+    np.testing.assert_array_equal(lu, expected_lu)
+    np.testing.assert_array_equal(pivots - 1, expected_pivots)  # scipy counts from 0
+    rhs = rng.standard_normal(order)
+    kept = rhs.copy()
+    expected, expected_info = lapack.dgbtrs(expected_lu, width, width, rhs, expected_pivots)
+    solution, info = band_lu_solve(lu, width, width, pivots, rhs)
+    assert info == expected_info == 0
+    np.testing.assert_array_equal(solution, expected)
+    np.testing.assert_array_equal(rhs, kept)
+    # The solution solves the band system it came from.
+    dense = np.zeros((order, order))
+    for row in range(order):
+        for column in range(max(0, row - width), min(order, row + width + 1)):
+            dense[row, column] = general[2 * width + row - column, column]
+    np.testing.assert_allclose(dense @ solution, rhs, atol=1e-8 * np.abs(dense).sum())
+
+
+def test_band_lu_reports_an_exact_zero_pivot_and_refuses_c_order():
+    from scperteval.kernels.lapack import band_lu
+
+    general = np.zeros((4, 3), order="F")  # one sub- and one super-diagonal, all zero
+    _, _, info = band_lu(general, 1, 1)
+    assert info == 1
+    with pytest.raises(ValueError, match="Fortran"):
+        band_lu(np.zeros((4, 3)), 1, 1)
+
+
+@pytest.mark.parametrize(
+    ("rows", "columns", "block"), [(1, 1, 1), (10, 3, 3), (500, 64, 64), (70, 64, 32)]
+)
+def test_blocked_qr_is_scipys_bit_for_bit(rows, columns, block):
+    from scipy.linalg import lapack
+
+    from scperteval.kernels.lapack import blocked_qr
+
+    matrix = np.random.default_rng(rows).standard_normal((rows, columns))
+    kept = matrix.copy()
+    expected_factored, expected_triangular, expected_info = lapack.dgeqrt(
+        block, np.asfortranarray(matrix)
+    )
+    factored, triangular, info = blocked_qr(matrix, block)
+    assert info == expected_info == 0
+    np.testing.assert_array_equal(factored, expected_factored)
+    np.testing.assert_array_equal(triangular, expected_triangular)
+    np.testing.assert_array_equal(matrix, kept)
+    # R's diagonal holds the column norms' magnitudes of a one-column matrix.
+    if columns == 1:
+        assert abs(factored[0, 0]) == pytest.approx(np.linalg.norm(matrix[:, 0]))

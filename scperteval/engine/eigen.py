@@ -31,10 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sla
-import scipy.linalg.lapack as lapack
 
 from scperteval.kernels.blas import symmetric_product, symmetric_rank_2k_update
-from scperteval.kernels.lapack import band_eigenvalues
+from scperteval.kernels.lapack import band_eigenvalues, band_lu, band_lu_solve, blocked_qr
 from scperteval.metrics.population import single_threaded_blas
 
 __all__ = ["leading_eigenpairs"]
@@ -133,9 +132,7 @@ def _reduce_to_band(matrix: np.ndarray, width: int) -> list[_Panel]:
         start = column + width
         rows = order - start
         n_reflectors = min(width, rows)
-        factored, triangular, info = lapack.dgeqrt(
-            n_reflectors, np.asfortranarray(matrix[start:, column:start])
-        )
+        factored, triangular, info = blocked_qr(matrix[start:, column:start], n_reflectors)
         if info != 0:
             raise np.linalg.LinAlgError(f"QR of a panel failed (info={info})")
         matrix[start:, column:start] = factored
@@ -200,7 +197,7 @@ def _band_times(band: np.ndarray, vectors: np.ndarray) -> np.ndarray:
 def _inverse_iteration(band: np.ndarray, values: np.ndarray) -> np.ndarray | None:
     """Eigenvectors of the band matrix for ``values``; ``None`` if they are not accurate."""
     width, order = band.shape[0] - 1, band.shape[1]
-    general = _general_band(band)
+    general = np.asfortranarray(_general_band(band))
     norm = float(np.abs(band).sum(axis=0).max() + np.abs(band[1:]).sum(axis=0).max())
     if norm == 0.0:
         return None
@@ -214,9 +211,10 @@ def _inverse_iteration(band: np.ndarray, values: np.ndarray) -> np.ndarray | Non
         shift = min(float(value), previous_shift - 10.0 * _EPS * max(abs(value), norm * _EPS))
         factors = None
         for _ in range(4):
-            shifted = general.copy()
+            shifted = general.copy(order="F")
             shifted[2 * width] -= shift
-            lu, pivots, info = lapack.dgbtrf(shifted, width, width, overwrite_ab=1)
+            # LAPACK through ctypes: other workers' Python runs meanwhile.
+            lu, pivots, info = band_lu(shifted, width, width)
             if info == 0:
                 factors = (lu, pivots)
                 break
@@ -228,7 +226,7 @@ def _inverse_iteration(band: np.ndarray, values: np.ndarray) -> np.ndarray | Non
         vector = starts[:, index] / np.linalg.norm(starts[:, index])
         extra = -1
         for _ in range(_MAX_ITERATIONS):
-            solved, info = lapack.dgbtrs(factors[0], width, width, vector, factors[1])
+            solved, info = band_lu_solve(factors[0], width, width, factors[1], vector)
             if info != 0 or not np.all(np.isfinite(solved)):
                 return None
             # Twice: one pass leaves ``eps * growth`` of the earlier vectors.
