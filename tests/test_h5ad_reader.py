@@ -386,3 +386,40 @@ def test_a_dataset_from_the_file_equals_one_from_the_anndata(simulated_path, opt
     assert isinstance(copy.adata, StoredAnnData)
     assert list(copy.adata.obs.columns) == []
     _assert_same_matrix(copy.matrix(), from_memory.matrix())
+
+
+def test_threads_asking_for_a_layer_at_once_read_it_once(tmp_path, monkeypatch):
+    import threading
+
+    from scperteval.data import stored as stored_module
+
+    path = tmp_path / "layers.h5ad"
+    ad.AnnData(
+        X=sp.random(30, 8, density=0.3, format="csr", random_state=1),
+        layers={"counts": sp.random(30, 8, density=0.3, format="csr", random_state=2)},
+    ).write_h5ad(path)
+    layers = read_stored(path).layers
+    reads = []
+    started = threading.Barrier(4)
+    original = stored_module.read_matrix
+
+    def counted(node):
+        reads.append(node.name)
+        return original(node)
+
+    monkeypatch.setattr(stored_module, "read_matrix", counted)
+    found = []
+
+    def ask():
+        started.wait()
+        found.append(layers["counts"])
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert reads == ["/layers/counts"]
+    assert all(matrix is found[0] for matrix in found)
+    copy = pickle.loads(pickle.dumps(layers))
+    assert (copy["counts"] != found[0]).nnz == 0

@@ -9,6 +9,7 @@ asked for, so that a file with many layers costs the memory of the one used.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ class StoredLayers(Mapping[str, Any]):
         self._names = tuple(names)
         self._shape = shape
         self._read: dict[str, Any] = {}
+        # Worker threads asking for a layer at once read it once.
+        self._lock = threading.Lock()
 
     @property
     def loaded(self) -> tuple[str, ...]:
@@ -50,22 +53,38 @@ class StoredLayers(Mapping[str, Any]):
         return tuple(self._read)
 
     def __getitem__(self, name: str) -> Any:
-        if name not in self._read:
-            if name not in self._names:
-                raise KeyError(name)
-            import h5py
-
-            where = f"{self._path}: layer {name!r}"
-            with h5py.File(self._path, "r") as handle:
-                try:
-                    matrix = read_matrix(handle["layers"][name])
-                except (KeyError, UnsupportedEncoding) as exc:
-                    # Checked when the file was opened: it changed since.
-                    raise DatasetError(f"{where} cannot be read any more ({exc})") from None
-            if matrix.shape != self._shape:
-                raise DatasetError(f"{where} has shape {matrix.shape}, not {self._shape}")
-            self._read[name] = matrix
+        if name in self._read:
+            return self._read[name]
+        if name not in self._names:
+            raise KeyError(name)
+        with self._lock:
+            if name not in self._read:
+                self._read[name] = self._read_layer(name)
         return self._read[name]
+
+    def _read_layer(self, name: str) -> Any:
+        import h5py
+
+        where = f"{self._path}: layer {name!r}"
+        with h5py.File(self._path, "r") as handle:
+            try:
+                matrix = read_matrix(handle["layers"][name])
+            except (KeyError, UnsupportedEncoding) as exc:
+                # Checked when the file was opened: it changed since.
+                raise DatasetError(f"{where} cannot be read any more ({exc})") from None
+        if matrix.shape != self._shape:
+            raise DatasetError(f"{where} has shape {matrix.shape}, not {self._shape}")
+        return matrix
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A lock belongs to one process; the copy makes its own.
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def __contains__(self, name: object) -> bool:
         # Mapping's default would read the layer to answer.
