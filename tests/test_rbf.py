@@ -47,3 +47,28 @@ def test_underflowing_tiles_are_exact():
 def test_empty_tile_and_fully_masked_rows():
     assert rbf_tile_sum(np.zeros((0, 4)), -1.0) == 0.0
     assert rbf_tile_sum(np.zeros((3, 3)), -1.0, 10) == 0.0
+
+
+@pytest.mark.parametrize("spread", [1.0, 40.0])
+@pytest.mark.parametrize("offset", [NO_DIAGONAL, -3, 0, 5])
+def test_a_known_upper_bound_changes_no_sum(spread, offset):
+    # spread 40 with a small bandwidth sends some exponentials below the normal
+    # range, where the tile's largest value decides how the sum is taken.
+    tile = np.random.default_rng(3).uniform(0, spread, size=(40, 70)) ** 2
+    largest = float(tile.max())
+    for scale in (-0.5, -0.45 * 708 / largest, -3.0 * 708 / largest):
+        alone = rbf_tile_sum(tile, scale, offset)
+        for bound in (largest, 2 * largest, np.inf):
+            assert rbf_tile_sum(tile, scale, offset, bound) == alone
+
+
+def test_pair_tiles_bound_every_squared_distance():
+    from scperteval.metrics.population import _pair_tiles
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(300, 7)) * rng.uniform(0.1, 30, size=(300, 1))
+    y = np.vstack([x[:10], rng.normal(size=(200, 7)) * 100])  # coinciding and far points
+    for first, second in ((x, None), (x, y)):
+        for d2, _, _, bound in _pair_tiles(first, second, False, max_block_bytes=50_000):
+            assert float(d2.max()) <= bound
+            assert bound <= 1.01 * (np.sqrt(float((x**2).sum(1).max())) + 3e3) ** 2

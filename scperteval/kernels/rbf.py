@@ -21,6 +21,8 @@ powers of two would be subnormal, are summed with NumPy's ``exp`` instead.
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
@@ -143,7 +145,12 @@ def _fused_tile_sum(tile: np.ndarray, scale: float, diagonal_offset: int) -> flo
     return total
 
 
-def rbf_tile_sum(tile: np.ndarray, scale: float, diagonal_offset: int = NO_DIAGONAL) -> float:
+def rbf_tile_sum(
+    tile: np.ndarray,
+    scale: float,
+    diagonal_offset: int = NO_DIAGONAL,
+    upper_bound: float = math.inf,
+) -> float:
     """Sum of ``exp(scale * tile[i, j])`` over the pairs with ``j > i + diagonal_offset``.
 
     Parameters
@@ -155,6 +162,10 @@ def rbf_tile_sum(tile: np.ndarray, scale: float, diagonal_offset: int = NO_DIAGO
     diagonal_offset
         Pairs ``(i, j)`` with ``j <= i + diagonal_offset`` are left out: a tile that
         crosses the diagonal of a within-cloud pass. :data:`NO_DIAGONAL` keeps all.
+    upper_bound
+        A number no smaller than any value of the tile, when the caller knows one:
+        if no exponential can leave the normal range below it, the tile's largest
+        value is not looked for (a pass over the tile). The sum does not depend on it.
 
     Returns
     -------
@@ -164,7 +175,9 @@ def rbf_tile_sum(tile: np.ndarray, scale: float, diagonal_offset: int = NO_DIAGO
     """
     if tile.size == 0:
         return 0.0
-    if float(tile.max()) * scale < _SMALLEST_NORMAL_ARGUMENT:
+    # A bound that keeps every exponential normal decides as the largest value would.
+    bounded = float(upper_bound) * scale >= _SMALLEST_NORMAL_ARGUMENT
+    if not bounded and float(tile.max()) * scale < _SMALLEST_NORMAL_ARGUMENT:
         values = np.exp(tile * scale)
         if diagonal_offset != NO_DIAGONAL:
             rows, columns = np.indices(tile.shape)

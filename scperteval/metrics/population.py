@@ -68,6 +68,9 @@ DEFAULT_BLOCK_BYTES = 64 * 2**20
 # Squared distances below this fraction of ||a||^2 + ||b||^2 cannot be told apart from
 # the cancellation error of the BLAS expansion.
 _SNAP_RTOL = 1e-12
+# A tile's computed squared distances exceed (|a| + |b|)^2 by a few units in the last
+# place at most; bounds are widened by far more than that.
+_BOUND_MARGIN = 1.0 + 1e-9
 # Arrays of one block's size alive at once: the block, a temporary and a mask.
 _ARRAYS_PER_BLOCK = 3
 # Values per tile of the summed pairwise terms: a tile, its transform and a mask fit
@@ -233,13 +236,15 @@ def _check_transforms(transforms: Sequence[PairTransform]) -> None:
 
 def _pair_tiles(
     x: Float64Array, y: Float64Array | None, want_root: bool, max_block_bytes: int
-) -> Iterator[tuple[Float64Array, Float64Array | None, int]]:
-    """Yield ``(d2, root, offset)`` per tile of pairs, in a fixed order.
+) -> Iterator[tuple[Float64Array, Float64Array | None, int, float]]:
+    """Yield ``(d2, root, offset, bound)`` per tile of pairs, in a fixed order.
 
     ``d2`` holds snapped squared distances, ``root`` their square roots (when
     ``want_root``). Within one cloud, a tile crossing the diagonal must leave out its
     pairs ``(i, j)`` with ``j <= i + offset``; other tiles have ``offset =``
-    :data:`~scperteval.kernels.rbf.NO_DIAGONAL`. The arrays are reused: each must be
+    :data:`~scperteval.kernels.rbf.NO_DIAGONAL`. ``bound`` is no smaller than any
+    value of ``d2``: ``(|a| + |b|)^2`` for the longest rows on either side, widened
+    by far more than the expansion's rounding. The arrays are reused: each must be
     consumed before the next tile is asked for.
     """
     from scperteval.kernels.distances import complete_distances, complete_squared_distances
@@ -261,6 +266,7 @@ def _pair_tiles(
         for start in range(0, n, rows):
             stop = min(start + rows, n)
             sq_a = sq_x[start:stop]
+            longest_a = math.sqrt(float(sq_a.max()))
             for first in range(start if within else 0, m, columns):
                 last = min(first + columns, m)
                 shape = (stop - start, last - first)
@@ -277,7 +283,8 @@ def _pair_tiles(
                 # Within one cloud, a tile crossing the diagonal keeps only the pairs
                 # of a cell with the cells after it.
                 crossing = within and first < stop
-                yield d2, root, start - first if crossing else NO_DIAGONAL
+                bound = (longest_a + math.sqrt(float(sq_b.max()))) ** 2 * _BOUND_MARGIN
+                yield d2, root, start - first if crossing else NO_DIAGONAL, bound
 
 
 def _add_tile_sums(
@@ -287,13 +294,14 @@ def _add_tile_sums(
     offset: int,
     transforms: Sequence[PairTransform],
     work_buffer: Float64Array,
+    bound: float = math.inf,
 ) -> None:
     from scperteval.kernels.distances import zero_through_diagonal
     from scperteval.kernels.rbf import NO_DIAGONAL, rbf_tile_sum
 
     for index, (kind, scale) in enumerate(transforms):
         if kind == "rbf":
-            totals[index] += rbf_tile_sum(d2, scale, offset)
+            totals[index] += rbf_tile_sum(d2, scale, offset, bound)
             continue
         if root is not None:
             values = root
@@ -343,8 +351,8 @@ def pair_sums(
     want_root = any(kind == "sqrt" for kind, _ in transforms)
     rows, columns = _tile_shape(x.shape[0], (x if y is None else y).shape[0], max_block_bytes)
     work_buffer = np.empty(rows * columns)
-    for d2, root, offset in _pair_tiles(x, y, want_root, max_block_bytes):
-        _add_tile_sums(totals, d2, root, offset, transforms, work_buffer)
+    for d2, root, offset, bound in _pair_tiles(x, y, want_root, max_block_bytes):
+        _add_tile_sums(totals, d2, root, offset, transforms, work_buffer, bound)
     return totals
 
 
@@ -367,7 +375,7 @@ class StoredPairs:
 
     def __init__(self, x: Float64Array, *, max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> None:
         self._tiles = [
-            (d2.copy(), offset) for d2, _, offset in _pair_tiles(x, None, False, max_block_bytes)
+            (d2.copy(), offset) for d2, _, offset, _ in _pair_tiles(x, None, False, max_block_bytes)
         ]
         rows, columns = _tile_shape(x.shape[0], x.shape[0], max_block_bytes)
         self._work_size = rows * columns
