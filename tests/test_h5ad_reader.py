@@ -423,3 +423,14 @@ def test_threads_asking_for_a_layer_at_once_read_it_once(tmp_path, monkeypatch):
     assert all(matrix is found[0] for matrix in found)
     copy = pickle.loads(pickle.dumps(layers))
     assert (copy["counts"] != found[0]).nnz == 0
+
+
+def test_annotated_data_is_an_anndata_or_the_container(tmp_path):
+    from scperteval.data.h5ad import is_annotated_data
+
+    adata = ad.AnnData(X=np.ones((3, 2)))
+    path = _write(tmp_path / "tiny.h5ad", adata)
+    assert is_annotated_data(adata)
+    assert is_annotated_data(read_stored(path))
+    assert not is_annotated_data(np.ones((3, 2)))
+    assert not is_annotated_data(str(path))

@@ -30,6 +30,7 @@ __all__ = [
     "StoredLayers",
     "UnsupportedEncoding",
     "is_anndata",
+    "is_annotated_data",
     "read_h5ad",
     "read_stored",
 ]
@@ -56,6 +57,23 @@ def is_anndata(value: Any) -> bool:
     module = sys.modules.get("anndata")
     cls = getattr(module, "AnnData", None)
     return cls is not None and isinstance(value, cls)
+
+
+def is_annotated_data(value: Any) -> bool:
+    """Whether ``value`` is an AnnData or a :class:`StoredAnnData` (anndata not imported).
+
+    Parameters
+    ----------
+    value
+        Any object.
+
+    Returns
+    -------
+    bool
+        ``True`` for the two forms a dataset or prediction is read from in memory.
+
+    """
+    return isinstance(value, StoredAnnData) or is_anndata(value)
 
 
 def read_h5ad(path: str | os.PathLike[str]) -> Any:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from scperteval.data.h5ad import StoredAnnData, is_anndata, read_h5ad
+from scperteval.data.h5ad import StoredAnnData, is_annotated_data, read_h5ad
 from scperteval.data.ondisk import DiskCSR, open_h5ad, read_rows
 from scperteval.errors import DatasetError
 
@@ -60,7 +60,7 @@ def open_data(data: Any, backed: bool | str) -> tuple[Any, dict[str | None, Any]
         If the input is not an AnnData or a readable ``.h5ad`` file.
 
     """
-    if is_anndata(data) or isinstance(data, StoredAnnData):
+    if is_annotated_data(data):
         return data, None
     if not isinstance(data, (str, os.PathLike)):
         raise DatasetError(

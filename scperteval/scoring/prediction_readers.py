@@ -32,7 +32,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scperteval.data.dataset import Dataset
-from scperteval.data.h5ad import StoredAnnData, is_anndata, read_h5ad
+from scperteval.data.h5ad import is_annotated_data, read_h5ad
 from scperteval.data.labels import listing
 from scperteval.errors import DatasetError
 
@@ -142,7 +142,7 @@ def read_prediction(value: Any, name: str, dataset: Dataset) -> PredictionTable:
         if not path.exists():
             raise DatasetError(f"{where}: file {path} not found")
         return _read_file(path, where, dataset)
-    if is_anndata(value) or isinstance(value, StoredAnnData):
+    if is_annotated_data(value):
         return _from_anndata(value, "AnnData", where, dataset)
     if isinstance(value, pd.DataFrame):
         return _from_frame(value, "DataFrame", where, dataset)
