@@ -122,6 +122,28 @@ def test_left_out_perturbation_cells_have_no_group(sim_adata):
     full = halves_by_name(make_dataset(sim_adata), seed=0)
     for key, halves in halves_by_name(dataset, seed=0).items():
         assert halves == full[key]
+    _check_positions_by_group(layout)
+
+
+def _check_positions_by_group(layout: GroupLayout) -> None:
+    """Each group's cells are the cells with its code, ascending, whatever is left out."""
+    for k in range(layout.n_conditions):
+        for half, codes in (
+            ("truth", [2 * k]),
+            ("duplicate", [2 * k + 1]),
+            ("all", [2 * k, 2 * k + 1]),
+        ):
+            found = layout.positions(k, half)
+            np.testing.assert_array_equal(found, np.flatnonzero(np.isin(layout.codes, codes)))
+            found[:] = -5  # a copy: the layout is unchanged
+    for c in range(len(layout.covariates)):
+        expected = np.flatnonzero(layout.codes == layout.control_group(c))
+        np.testing.assert_array_equal(layout.control_positions(c), expected)
+    np.testing.assert_array_equal(
+        layout.positions(0, "all"), np.flatnonzero(np.isin(layout.codes, [0, 1]))
+    )
+    with pytest.raises(ValueError, match="unknown half"):
+        layout.positions(0, "neither")
 
 
 def test_different_seeds_differ(sim_adata):

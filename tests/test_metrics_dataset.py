@@ -281,3 +281,22 @@ def test_distinct_rows_compared_in_blocks(monkeypatch):
     kept, inverse = dataset._unique_rows(matrix)
     np.testing.assert_array_equal(matrix[kept], expected)
     np.testing.assert_array_equal(inverse, expected_inverse.reshape(-1))
+
+
+def test_repeated_rows_found_as_a_full_comparison_finds_them():
+    from scperteval.metrics.dataset import _PROBE_COLUMNS, _equal_to_previous
+
+    rng = np.random.default_rng(11)
+    n_columns = 10 * _PROBE_COLUMNS
+    base = rng.integers(0, 3, size=(6, n_columns)).astype(float)
+    base[1] = base[0]
+    base[1, 7] += 1.0  # differs from row 0 in one column that is not probed first
+    base[2, 3] = np.inf
+    base[3, :] = base[2]
+    base[3, 5] = np.nan  # a NaN is never equal, not even to itself
+    base[4, 0] = -0.0  # equal to 0.0
+    matrix = np.vstack([base[rng.integers(0, 6, size=50)], base[:2], -0.0 * base[4:5]])
+    order = rng.permutation(matrix.shape[0])
+    expected = np.r_[False, (matrix[order[1:]] == matrix[order[:-1]]).all(axis=1)]
+    np.testing.assert_array_equal(_equal_to_previous(matrix, order), expected)
+    assert expected.any() and not expected.all()

@@ -26,3 +26,31 @@ def test_background_checksum_equals_direct_one(tmp_path):
     in_memory = Dataset(adata)
     assert start_dataset_checksum(in_memory)() == dataset_checksum(in_memory)
     assert dataset_checksum(in_memory).startswith("md5-memory:")
+
+
+def test_lower_thread_priority_affects_the_calling_thread_only():
+    import os
+    import sys
+    import threading
+
+    from scperteval.runinfo import _lower_thread_priority as lower_thread_priority
+
+    def nice_of(thread_id):
+        return os.getpriority(os.PRIO_PROCESS, thread_id)
+
+    result = {}
+
+    def background():
+        result["lowered"] = lower_thread_priority()
+        result["nice"] = nice_of(threading.get_native_id())
+
+    before = nice_of(threading.get_native_id()) if sys.platform.startswith("linux") else 0
+    thread = threading.Thread(target=background)
+    thread.start()
+    thread.join(10)
+    if not sys.platform.startswith("linux"):
+        assert result["lowered"] is False
+        return
+    assert result["lowered"] is True
+    assert result["nice"] == 19
+    assert nice_of(threading.get_native_id()) == before

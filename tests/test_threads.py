@@ -9,10 +9,12 @@ import scipy.sparse as sp
 
 from scperteval.data.dataset import _scan
 from scperteval.kernels.threads import (
+    claim_cores,
     kernel_threads,
     limit_kernel_threads,
     run_ranges,
     serial_kernels,
+    wait_for_cores,
 )
 from scperteval.stats.groups import GroupStats
 
@@ -85,3 +87,48 @@ def test_even_bounds_cover_the_items_in_at_most_the_allowed_ranges():
         assert even_bounds(0, 5) == [0, 0, 0, 0]
     with limit_kernel_threads(1):
         assert even_bounds(7, 100) == [0, 7]
+
+
+def test_a_claim_on_the_cores_holds_back_other_threads_until_released():
+    passed = threading.Event()
+
+    def task():
+        wait_for_cores()
+        passed.set()
+
+    with claim_cores():
+        with claim_cores():  # claims nest
+            wait_for_cores()  # the claiming thread never waits on its own claim
+            waiting = threading.Thread(target=task)
+            waiting.start()
+            assert not passed.wait(0.3)
+        assert not passed.wait(0.1)  # the outer claim still holds
+    assert passed.wait(10)
+    waiting.join(10)
+    wait_for_cores()  # nothing claimed: returns at once
+
+
+def test_claims_of_two_threads_both_hold_back_a_third():
+    released = [threading.Event(), threading.Event()]
+    claimed = [threading.Event(), threading.Event()]
+    passed = threading.Event()
+
+    def claimer(index):
+        with claim_cores():
+            claimed[index].set()
+            released[index].wait(10)
+
+    claimers = [threading.Thread(target=claimer, args=(i,)) for i in range(2)]
+    for thread in claimers:
+        thread.start()
+    for event in claimed:
+        assert event.wait(10)
+    waiting = threading.Thread(target=lambda: (wait_for_cores(), passed.set()))
+    waiting.start()
+    released[0].set()
+    claimers[0].join(10)
+    assert not passed.wait(0.3)
+    released[1].set()
+    assert passed.wait(10)
+    for thread in (*claimers, waiting):
+        thread.join(10)

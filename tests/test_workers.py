@@ -150,3 +150,104 @@ def test_a_space_fit_waits_for_a_running_dataset_task_which_may_fit_it_itself():
     assert not fit.is_alive()
     assert resolve_space(engine, "pca", 0) is space
     assert np.all(np.isfinite(space.components))
+
+
+def test_tasks_wait_while_a_fit_builds_its_gram_matrix_on_every_core(monkeypatch):
+    import time
+
+    import numpy as np
+
+    import scperteval
+    from scperteval.engine import dispatch, pca
+
+    adata = scperteval.simulate(n_perturbations=12, n_genes=60, cells_per_perturbation=30, seed=5)
+    # The Gram route and parallel tiles even for this small sample and on one core.
+    monkeypatch.setattr(pca, "SMALL_SIDE", 10)
+    monkeypatch.setattr(pca, "kernel_threads", lambda: 2)
+    task_starts = []
+    real_wait = dispatch.wait_for_cores
+
+    def noted_wait():
+        real_wait()
+        task_starts.append(time.perf_counter())
+
+    windows = []
+    real_add = pca._add_outer_products
+
+    def slow_add(*args, **kwargs):
+        start = time.perf_counter()
+        real_add(*args, **kwargs)
+        time.sleep(0.4)
+        windows.append((start, time.perf_counter()))
+
+    monkeypatch.setattr(dispatch, "wait_for_cores", noted_wait)
+    monkeypatch.setattr(pca, "_add_outer_products", slow_add)
+    protocols = "pearson_delta_ctrl,mse,cosine_delta_ctrl,rank_pca"
+    found = scperteval.calibrate(adata, protocols, workers=2).results
+    assert windows and np.isfinite(found["value"]).mean() > 0.9
+    # A task that passed its wait just before the claim may note it a moment late.
+    inside = [t for t in task_starts for a, b in windows if a + 0.1 < t < b]
+    assert inside == []
+    assert sum(t > windows[-1][1] for t in task_starts) > 0  # the rest ran after
+
+
+def test_a_cheap_shared_space_never_waits_behind_a_large_fit():
+    import threading
+
+    from scperteval.context import Context
+    from scperteval.data.dataset import Dataset
+    from scperteval.engine import dispatch
+    from scperteval.engine.engine import Engine
+    from scperteval.engine.spaces import space_has_large_fit
+    from scperteval.simulation import simulate
+
+    assert space_has_large_fit("pca(k=5)") and not space_has_large_fit("heg(k=5)")
+    assert not space_has_large_fit("top_k(k=5)")  # per perturbation: never fitted ahead
+    adata = simulate(n_perturbations=4, n_genes=40, cells_per_perturbation=30, seed=2)
+    engine = Engine(Context(Dataset(adata), seed=1))
+    with dispatch._LARGE_TASK_LOCK:  # a large fit (or dataset task) running
+        cheap = threading.Thread(target=dispatch._fit_task, args=(engine, "heg(k=5)", 0))
+        cheap.start()
+        cheap.join(10)
+        assert not cheap.is_alive()
+    # Large fits are handed out first, so that no worker takes a cheap one and then
+    # the next large one while another large fit holds the lock.
+    protocols = _suite_protocols("pearson_delta_ctrl_heg,rank_pca,energy_pca")
+    fits = dispatch._shared_space_fits(engine, protocols)
+    assert [space_has_large_fit(space) for space, _ in fits] == sorted(
+        (space_has_large_fit(space) for space, _ in fits), reverse=True
+    )
+    assert {space for space, _ in fits} == {"heg(k=1000)", "pca(k=50)"}
+
+
+def _suite_protocols(names):
+    """Protocols of the default suite by name."""
+    from scperteval.engine.suites import resolve_protocols
+
+    return resolve_protocols(names)
+
+
+def test_protocols_of_one_space_resolve_it_once_per_perturbation(monkeypatch):
+    from collections import Counter
+
+    import numpy as np
+
+    import scperteval
+    from scperteval.engine import dispatch
+
+    adata = scperteval.simulate(n_perturbations=6, n_genes=50, cells_per_perturbation=30, seed=4)
+    resolved = Counter()
+    real_resolve = dispatch.resolve_space
+
+    def counted(engine, spec, condition):
+        resolved[(spec, condition)] += 1
+        return real_resolve(engine, spec, condition)
+
+    protocols = "de_auprc,de_auroc,de_topk_overlap"
+    expected = scperteval.calibrate(adata, protocols, workers=2).results
+    monkeypatch.setattr(dispatch, "resolve_space", counted)
+    found = scperteval.calibrate(adata, protocols, workers=2).results
+    # One task per perturbation runs the three protocols of the "expressed" space.
+    assert resolved and set(resolved.values()) == {1}
+    assert {spec for spec, _ in resolved} == {"expressed"}
+    np.testing.assert_array_equal(found["value"].to_numpy(), expected["value"].to_numpy())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -59,18 +60,40 @@ class GroupLayout:
     def positions(self, condition_index: int, half: str = "all") -> np.ndarray:
         """Sorted cell positions of a condition's half (``all``, ``truth``, ``duplicate``)."""
         if half == "truth":
-            wanted = [2 * condition_index]
-        elif half == "duplicate":
-            wanted = [2 * condition_index + 1]
-        elif half == "all":
-            wanted = [2 * condition_index, 2 * condition_index + 1]
-        else:
-            raise ValueError(f"unknown half {half!r}; valid: {', '.join(HALVES)}")
-        return np.flatnonzero(np.isin(self.codes, wanted))
+            return self._group_cells(2 * condition_index)
+        if half == "duplicate":
+            return self._group_cells(2 * condition_index + 1)
+        if half == "all":
+            both = np.concatenate(
+                [self._group_cells(2 * condition_index), self._group_cells(2 * condition_index + 1)]
+            )
+            both.sort()
+            return both
+        raise ValueError(f"unknown half {half!r}; valid: {', '.join(HALVES)}")
 
     def control_positions(self, covariate_index: int) -> np.ndarray:
         """Sorted cell positions of a covariate group's controls."""
-        return np.flatnonzero(self.codes == self.control_group(covariate_index))
+        return self._group_cells(self.control_group(covariate_index))
+
+    def _group_cells(self, code: int) -> np.ndarray:
+        """The cells of one group, ascending (a copy the caller may keep or change)."""
+        order, starts = self._cells_by_group
+        if not 0 <= code < self.n_groups:
+            return np.empty(0, dtype=order.dtype)
+        return order[starts[code + 1] : starts[code + 2]].copy()
+
+    @cached_property
+    def _cells_by_group(self) -> tuple[np.ndarray, np.ndarray]:
+        """Cell positions ordered by group, and where each group starts in that order.
+
+        The sort is stable, so each group's cells are ascending; the cells left out
+        (code ``-1``) come first. Built once: finding a group's cells by comparing
+        every cell's code costs a pass over all cells, for each of thousands of groups.
+        """
+        shifted = self.codes + 1
+        order = np.argsort(shifted, kind="stable")
+        starts = np.searchsorted(shifted[order], np.arange(self.n_groups + 2))
+        return order, starts
 
     def index_of(self, covariate: str, perturbation: str) -> int:
         """Index of a condition; ``KeyError`` naming it when absent."""

@@ -12,6 +12,7 @@ A candidate whose computation fails gets NaN and the reason, never a lost run.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import itertools
 import math
 import numbers
@@ -32,9 +33,10 @@ from scperteval.engine.fastpath import plan_population, population_value
 from scperteval.engine.population_cap import Subsampled, cap_source
 from scperteval.engine.protocol import Protocol
 from scperteval.engine.sources import SourceData
-from scperteval.engine.spaces import resolve_space, space_is_per_condition
+from scperteval.engine.spaces import resolve_space, space_has_large_fit, space_is_per_condition
 from scperteval.engine.views import centering_vector, make_view, metric_context
 from scperteval.errors import SpecError
+from scperteval.kernels.threads import wait_for_cores
 from scperteval.metrics import DatasetContext, DegenerateInput
 from scperteval.metrics.population import single_threaded_blas
 from scperteval.stats.groups import GroupStats
@@ -306,19 +308,19 @@ def _shared_space_fits(engine: Engine, protocols: Sequence[Protocol]) -> list[tu
     first_of_group: dict[int, int] = {}
     for condition in range(layout.n_conditions):
         first_of_group.setdefault(int(layout.condition_covariate[condition]), condition)
-    return [
-        (space, condition)
-        for space in sorted({p.space for p in protocols})
-        if not space_is_per_condition(space)
-        for condition in first_of_group.values()
-    ]
+    shared = [space for space in {p.space for p in protocols} if not space_is_per_condition(space)]
+    # Large fits first: the cheap ones then never wait behind one for the lock.
+    shared.sort(key=lambda space: (not space_has_large_fit(space), space))
+    return [(space, condition) for space in shared for condition in first_of_group.values()]
 
 
 def _fit_task(engine: Engine, space: str, condition: int) -> None:
-    # A fit (a PCA's Gram matrix) holds as much memory as a dataset-scope task: not
-    # both at once. The lock is taken before the fit starts, so that a dataset-scope
-    # task holding it and needing the space computes the fit itself.
-    with _LARGE_TASK_LOCK:
+    # A large fit (a PCA's Gram matrix) holds as much memory as a dataset-scope task:
+    # not both at once. The lock is taken before the fit starts, so that a
+    # dataset-scope task holding it and needing the space computes the fit itself.
+    # A cheap shared space (a gene selection) takes no lock: waiting for it behind a
+    # fit would idle a worker for the whole fit.
+    with _LARGE_TASK_LOCK if space_has_large_fit(space) else contextlib.nullcontext():
         try:
             resolve_space(engine, space, condition)
         except DegenerateInput:
@@ -449,14 +451,22 @@ def _protocols_task(
 ) -> list[dict[str, Any]]:
     """The rows of several protocols of one space for one perturbation, in turn."""
     rows: list[dict[str, Any]] = []
+    # The space is resolved once for all of them (a per-perturbation gene selection
+    # is not cached by the engine: it would be kept for every perturbation).
+    spaces: dict[str, Any] = {}
     for protocol in protocols:
-        rows.extend(_perturbation_task(engine, protocol, condition, candidates))
+        rows.extend(_perturbation_task(engine, protocol, condition, candidates, spaces))
     return rows
 
 
 def _perturbation_task(
-    engine: Engine, protocol: Protocol, condition: int, candidates: Sequence[Candidate]
+    engine: Engine,
+    protocol: Protocol,
+    condition: int,
+    candidates: Sequence[Candidate],
+    spaces: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
+    wait_for_cores()
     named = [(c.role, *c.resolve(protocol)) for c in candidates]
     # Registered sources are fixed for the engine: sums over their cells may be shared.
     shareable = [c.getter is None for c in candidates]
@@ -464,7 +474,11 @@ def _perturbation_task(
     population = protocol.representation == "population"
     subsampled: list[Subsampled] = []
     try:
-        space = resolve_space(engine, protocol.space, condition)
+        space = spaces.get(protocol.space) if spaces is not None else None
+        if space is None:
+            space = resolve_space(engine, protocol.space, condition)
+            if spaces is not None:
+                spaces[protocol.space] = space
         reference = centering_vector(engine, protocol.centering, condition)
         truth_source = engine.source("truth", condition)
         if population:
@@ -549,6 +563,7 @@ def _warm_task(
     Views against the control are cached per source and condition, so the
     dataset task then only reads them. A failure is left for that task to record.
     """
+    wait_for_cores()
     named = [("truth", "truth", lambda e, k: e.source("truth", k), True)]
     named += [(c.role, *c.resolve(protocol), c.getter is None) for c in candidates]
     try:
@@ -575,6 +590,7 @@ _LARGE_TASK_LOCK = threading.Lock()
 def _dataset_task(
     engine: Engine, protocol: Protocol, covariate: int, candidates: Sequence[Candidate]
 ) -> list[dict[str, Any]]:
+    wait_for_cores()
     with _LARGE_TASK_LOCK:
         return _dataset_rows(engine, protocol, covariate, candidates)
 

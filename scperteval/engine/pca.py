@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from scperteval.engine.eigen import leading_eigenpairs
-from scperteval.kernels.threads import even_bounds, kernel_threads, run_ranges
+from scperteval.kernels.threads import claim_cores, even_bounds, kernel_threads, run_ranges
 from scperteval.metrics.population import single_threaded_blas
 
 __all__ = ["SampleRows", "principal_axes"]
@@ -155,6 +156,16 @@ def _add_outer_products(gram: np.ndarray, factor: np.ndarray, transposed: bool) 
     run_ranges(tiles, even_bounds(n_ranges, n_ranges))
 
 
+def _cores_for_gram() -> AbstractContextManager[None]:
+    """Every core for the Gram matrix when its tiles run in parallel.
+
+    The fit is on the critical path of a run (every task in its space waits for
+    it) and its tiles keep all cores busy; other tasks sharing the cores meanwhile
+    would only delay it.
+    """
+    return claim_cores() if kernel_threads() > 1 else nullcontext()
+
+
 def _lower_half_matrix(size: int) -> np.ndarray:
     """A zero ``size x size`` float64 matrix, Fortran order, for a Gram matrix.
 
@@ -185,9 +196,10 @@ def _gene_gram_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray | Non
     n_cells, n_genes = sample.shape
     gram = _lower_half_matrix(n_genes)
     rows = _dense_block_rows(n_genes)
-    for start in range(0, n_cells, rows):
-        block = _dense_rows(sample, start, min(start + rows, n_cells), offset)
-        _add_outer_products(gram, block.T, transposed=False)
+    with _cores_for_gram():
+        for start in range(0, n_cells, rows):
+            block = _dense_rows(sample, start, min(start + rows, n_cells), offset)
+            _add_outer_products(gram, block.T, transposed=False)
     top = _top_eigenvectors(gram, k)
     return None if top is None else np.ascontiguousarray(top[1])
 
@@ -198,9 +210,10 @@ def _cell_gram_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray | Non
     columns = max(1, BLOCK_BYTES // (8 * n_cells))
     by_columns = sample.tocsc() if sp.issparse(sample) else sample
     gram = _lower_half_matrix(n_cells)
-    for start in range(0, n_genes, columns):
-        block = _dense_columns(by_columns, start, min(start + columns, n_genes), offset)
-        _add_outer_products(gram, block.T, transposed=True)
+    with _cores_for_gram():
+        for start in range(0, n_genes, columns):
+            block = _dense_columns(by_columns, start, min(start + columns, n_genes), offset)
+            _add_outer_products(gram, block.T, transposed=True)
     top = _top_eigenvectors(gram, k)
     if top is None:
         return None

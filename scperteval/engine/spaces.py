@@ -11,7 +11,7 @@ Unions and intersections of gene selections are written ``a | b`` and ``a & b``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -60,7 +60,7 @@ def _check_k(k: int) -> int:
     return int(k)
 
 
-@SPACES.register("full", description="all genes", per_condition=False)
+@SPACES.register("full", description="all genes", per_condition=False, large_fit=False)
 def full(engine: Engine, condition: int) -> FeatureMap:
     """All genes of the dataset."""
     return engine.memo(
@@ -122,6 +122,7 @@ def expressed(engine: Engine, condition: int) -> FeatureMap:
     "hvg",
     description="k most variable genes across the covariate group's cells",
     per_condition=False,
+    large_fit=False,
 )
 def hvg(engine: Engine, condition: int, *, k: int = 2000) -> FeatureMap:
     """The ``k`` genes of largest variance of log expression over all cells of the group."""
@@ -135,7 +136,12 @@ def hvg(engine: Engine, condition: int, *, k: int = 2000) -> FeatureMap:
     return engine.memo(("space", "hvg", k, covariate), build)
 
 
-@SPACES.register("heg", description="k genes most expressed in the controls", per_condition=False)
+@SPACES.register(
+    "heg",
+    description="k genes most expressed in the controls",
+    per_condition=False,
+    large_fit=False,
+)
 def heg(engine: Engine, condition: int, *, k: int = 1000) -> FeatureMap:
     """The ``k`` genes with the highest mean expression in the group's control cells."""
     _check_k(k)
@@ -163,6 +169,7 @@ def perturbed_genes(engine: Engine, condition: int) -> FeatureMap:
     "pca",
     description="first k principal components (seeded fit per covariate group)",
     per_condition=False,
+    large_fit=True,
 )
 def pca(engine: Engine, condition: int, *, k: int = 50) -> FeatureMap:
     """Projection on the first ``k`` principal components of the group's cells.
@@ -214,11 +221,23 @@ def resolve_space(engine: Engine, spec: str, condition: int) -> FeatureMap:
 
 def space_is_per_condition(spec: str) -> bool:
     """Whether a space spec may differ between perturbations."""
+    return any(meta.get("per_condition", False) for meta in _part_metadata(spec))
+
+
+def space_has_large_fit(spec: str) -> bool:
+    """Whether a shared space's fit holds much memory for a while (a PCA's Gram matrix).
+
+    A shared space registered without saying (``large_fit``) counts as large.
+    """
+    return any(
+        not meta.get("per_condition", False) and meta.get("large_fit", True)
+        for meta in _part_metadata(spec)
+    )
+
+
+def _part_metadata(spec: str) -> list[dict[str, Any]]:
+    """The registered metadata of each space named in a spec (``a | b``, ``a & b``)."""
     from scperteval.registry import parse_spec
 
     parts = [p.strip() for p in spec.replace("&", "|").split("|")]
-    result = False
-    for part in parts:
-        name, _ = parse_spec(part)
-        result |= bool(SPACES.get(str(name)).meta.get("per_condition", False))
-    return result
+    return [dict(SPACES.get(str(parse_spec(part)[0])).meta) for part in parts]

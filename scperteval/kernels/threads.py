@@ -17,11 +17,13 @@ from typing import TypeVar
 
 __all__ = [
     "available_cores",
+    "claim_cores",
     "even_bounds",
     "kernel_threads",
     "limit_kernel_threads",
     "run_ranges",
     "serial_kernels",
+    "wait_for_cores",
 ]
 
 T = TypeVar("T")
@@ -29,6 +31,9 @@ T = TypeVar("T")
 _local = threading.local()
 _pool: list[cf.ThreadPoolExecutor] = []
 _pool_lock = threading.Lock()
+#: Number of claims on every core now held (see :func:`claim_cores`).
+_claims = [0]
+_claims_released = threading.Condition()
 
 
 def available_cores() -> int:
@@ -145,3 +150,39 @@ def run_ranges(function: Callable[[int, int], T], bounds: Sequence[int]) -> list
     futures = [_shared_pool().submit(function, a, b) for a, b in ranges[1:]]
     first = function(*ranges[0])
     return [first, *(future.result() for future in futures)]
+
+
+@contextmanager
+def claim_cores() -> Iterator[None]:
+    """Hold back the tasks that call :func:`wait_for_cores` while the enclosed work runs.
+
+    For parallel work on a run's critical path (a PCA fit's Gram matrix, which
+    every task of the fitted space waits for): it runs on every core instead of
+    sharing them with tasks that have time to spare. A task already running goes
+    on; one that starts meanwhile waits at its first :func:`wait_for_cores`.
+    Claims nest and may be held by several threads.
+    """
+    with _claims_released:
+        _claims[0] += 1
+    _local.claims = _claims_of_this_thread() + 1
+    try:
+        yield
+    finally:
+        _local.claims = _claims_of_this_thread() - 1
+        with _claims_released:
+            _claims[0] -= 1
+            if _claims[0] == 0:
+                _claims_released.notify_all()
+
+
+def _claims_of_this_thread() -> int:
+    return int(getattr(_local, "claims", 0))
+
+
+def wait_for_cores() -> None:
+    """Wait until no :func:`claim_cores` is held, unless this thread holds one."""
+    if _claims[0] == 0 or _claims_of_this_thread() > 0:
+        return
+    with _claims_released:
+        while _claims[0]:
+            _claims_released.wait()

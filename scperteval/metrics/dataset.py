@@ -56,6 +56,8 @@ _DISTANCES = ("sqeuclidean", "l1", "cosine")
 
 #: Bytes of rows compared at a time when looking for repeated rows.
 _COMPARE_BYTES = 16 * 2**20
+#: Columns compared first when looking for repeated rows.
+_PROBE_COLUMNS = 16
 
 
 def _as_records(matrix: Float64Array) -> np.ndarray:
@@ -71,12 +73,19 @@ def _equal_to_previous(matrix: Float64Array, order: npt.NDArray[np.intp]) -> np.
     """``same[k]``: row ``order[k]`` equals row ``order[k - 1]`` (``same[0]`` is False)."""
     n_rows = order.size
     same = np.zeros(n_rows, dtype=bool)
+    if n_rows < 2:
+        return same
+    # Equal rows are equal in any few columns: only neighbours equal in a handful of
+    # columns spread over the row are compared in full, usually a few rows instead of
+    # copies of all of them. (A comparison, not a sum: it is equal exactly when the
+    # full comparison would be, NaN, infinities and signed zeros included.)
+    probes = np.unique(np.linspace(0, matrix.shape[1] - 1, _PROBE_COLUMNS).astype(np.intp))
+    sampled = matrix[:, probes][order]
+    candidates = 1 + np.flatnonzero((sampled[1:] == sampled[:-1]).all(axis=1))
     step = max(1, _COMPARE_BYTES // max(1, matrix.shape[1] * matrix.itemsize))
-    for start in range(1, n_rows, step):
-        stop = min(n_rows, start + step)
-        same[start:stop] = (matrix[order[start:stop]] == matrix[order[start - 1 : stop - 1]]).all(
-            axis=1
-        )
+    for start in range(0, candidates.size, step):
+        rows = candidates[start : start + step]
+        same[rows] = (matrix[order[rows]] == matrix[order[rows - 1]]).all(axis=1)
     return same
 
 
