@@ -17,6 +17,8 @@ so a misspelt option fails before any computation starts.
 from __future__ import annotations
 
 import ast
+import copy
+import functools
 import inspect
 import numbers
 from collections.abc import Callable, Iterator, Mapping
@@ -86,34 +88,11 @@ def parse_spec(spec: Any) -> tuple[str | Callable[..., Any], dict[str, Any]]:
     if callable(spec):
         return spec, {}
     if isinstance(spec, str):
-        text = spec.strip()
-        if "(" not in text:
-            return text, {}
-        if not text.endswith(")"):
-            raise SpecError(f"cannot read spec {spec!r}: expected 'name(key=value, ...)'")
-        name, _, args = text[:-1].partition("(")
-        options: dict[str, Any] = {}
-        try:
-            call = ast.parse(f"f({args})", mode="eval").body
-        except SyntaxError as exc:
-            raise SpecError(f"cannot read options of spec {spec!r}: {exc.msg}") from None
-        # Only ``f(...)`` itself: "name(k=1).x()" or "name(k=1)(k=2)" are not specs.
-        if not (
-            isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "f"
-        ):
-            raise SpecError(f"cannot read spec {spec!r}: expected 'name(key=value, ...)'")
-        if call.args:
-            raise SpecError(f"spec {spec!r}: options must be given as key=value")
-        for keyword in call.keywords:
-            if keyword.arg is None:
-                raise SpecError(f"spec {spec!r}: options must be given as key=value")
-            try:
-                options[keyword.arg] = ast.literal_eval(keyword.value)
-            except ValueError:
-                raise SpecError(
-                    f"spec {spec!r}: value of {keyword.arg!r} must be a literal"
-                ) from None
-        return name.strip(), options
+        name, options = _parse_text_spec(spec)
+        # The caller gets its own options, and its own copy of a mutable value (a list).
+        if all(isinstance(value, _IMMUTABLE_LITERALS) for value in options.values()):
+            return name, dict(options)
+        return name, copy.deepcopy(options)
     if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], Mapping):
         return spec[0], dict(spec[1])
     if isinstance(spec, Mapping) and "name" in spec:
@@ -123,6 +102,43 @@ def parse_spec(spec: Any) -> tuple[str | Callable[..., Any], dict[str, Any]]:
         f"cannot read spec {spec!r}: give a name, 'name(k=v)', (name, options), "
         "{'name': ..., **options} or a callable"
     )
+
+
+#: Option values that parsed specs may share between callers.
+_IMMUTABLE_LITERALS = (int, float, complex, str, bytes, bool, type(None))
+
+
+@functools.lru_cache(maxsize=512)
+def _parse_text_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``parse_spec`` of a string, parsed once per distinct string.
+
+    Every task resolves its protocol's space and metric by spec; parsing the
+    options with :mod:`ast` each time cost a thousand times the look-up.
+    """
+    text = spec.strip()
+    if "(" not in text:
+        return text, {}
+    if not text.endswith(")"):
+        raise SpecError(f"cannot read spec {spec!r}: expected 'name(key=value, ...)'")
+    name, _, args = text[:-1].partition("(")
+    options: dict[str, Any] = {}
+    try:
+        call = ast.parse(f"f({args})", mode="eval").body
+    except SyntaxError as exc:
+        raise SpecError(f"cannot read options of spec {spec!r}: {exc.msg}") from None
+    # Only ``f(...)`` itself: "name(k=1).x()" or "name(k=1)(k=2)" are not specs.
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "f"):
+        raise SpecError(f"cannot read spec {spec!r}: expected 'name(key=value, ...)'")
+    if call.args:
+        raise SpecError(f"spec {spec!r}: options must be given as key=value")
+    for keyword in call.keywords:
+        if keyword.arg is None:
+            raise SpecError(f"spec {spec!r}: options must be given as key=value")
+        try:
+            options[keyword.arg] = ast.literal_eval(keyword.value)
+        except ValueError:
+            raise SpecError(f"spec {spec!r}: value of {keyword.arg!r} must be a literal") from None
+    return name.strip(), options
 
 
 class Registry:

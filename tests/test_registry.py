@@ -251,3 +251,17 @@ def test_a_bad_spec_fails_before_anything_is_computed():
     with pytest.raises(SpecError, match="valid names"):
         calibrate("no/such/file.h5ad", protocols="pearson_delta_ctrl,msee")
     assert calls == []
+
+
+def test_a_parsed_spec_is_the_callers_own_even_when_parsed_before():
+    from scperteval.registry import parse_spec
+
+    first_name, first = parse_spec("top_k(k=5, genes=['A', 'B'], label='x')")
+    first["k"] = 6
+    first["genes"].append("C")
+    second_name, second = parse_spec("top_k(k=5, genes=['A', 'B'], label='x')")
+    assert first_name == second_name == "top_k"
+    assert second == {"k": 5, "genes": ["A", "B"], "label": "x"}
+    _, plain = parse_spec("pca(k=50)")
+    plain["k"] = 1
+    assert parse_spec("pca(k=50)") == ("pca", {"k": 50})
