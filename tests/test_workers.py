@@ -251,3 +251,34 @@ def test_protocols_of_one_space_resolve_it_once_per_perturbation(monkeypatch):
     assert resolved and set(resolved.values()) == {1}
     assert {spec for spec, _ in resolved} == {"expressed"}
     np.testing.assert_array_equal(found["value"].to_numpy(), expected["value"].to_numpy())
+
+
+def test_rank_metrics_of_one_space_share_each_candidates_distances(monkeypatch):
+    from collections import Counter
+
+    import numpy as np
+
+    import scperteval
+    from scperteval.engine import dataset_scope
+
+    adata = scperteval.simulate(
+        n_perturbations=8, n_genes=60, cells_per_perturbation=30, n_covariates=2, seed=6
+    )
+    protocols = "rank_full,transpose_rank,nir,pds"
+    computed = Counter()
+    real = dataset_scope.prediction_truth_distances
+
+    def counted(gt, pred, distance):
+        computed[distance] += 1
+        return real(gt, pred, distance)
+
+    monkeypatch.setattr(dataset_scope, "prediction_truth_distances", counted)
+    shared = scperteval.calibrate(adata, protocols, covariate_key="cell_line").results
+    # Two candidates (positive and negative control) x two covariate groups, once each
+    # for the three protocols of the full space; pds (target genes left out) apart.
+    assert computed == {"sqeuclidean": 4}
+    monkeypatch.setattr(dataset_scope, "_distance_function", lambda protocol: None)
+    alone = scperteval.calibrate(adata, protocols, covariate_key="cell_line").results
+    np.testing.assert_array_equal(shared["value"].to_numpy(), alone["value"].to_numpy())
+    assert shared.drop(columns="value").equals(alone.drop(columns="value"))
+    assert np.isfinite(shared["value"]).mean() > 0.9

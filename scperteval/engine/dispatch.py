@@ -18,26 +18,29 @@ import math
 import numbers
 import queue
 import threading
-from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass
-from functools import partial
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
+from scperteval.engine.candidates import CONTROLS, Candidate
+from scperteval.engine.candidates import candidate_key as _candidate_key
 from scperteval.engine.control_views import CONTROL_REPRESENTATIONS, candidate_reference
+from scperteval.engine.dataset_scope import dataset_rows
 from scperteval.engine.distributed import is_dask_client
 from scperteval.engine.engine import Engine
 from scperteval.engine.fastpath import plan_population, population_value
 from scperteval.engine.population_cap import Subsampled, cap_source
 from scperteval.engine.protocol import Protocol
-from scperteval.engine.sources import SourceData
+from scperteval.engine.result_rows import RESULT_COLUMNS, UNDEFINED_REASON
+from scperteval.engine.result_rows import SUBSAMPLED as _SUBSAMPLED
+from scperteval.engine.result_rows import failure_reason as _failure
+from scperteval.engine.result_rows import result_row as _row
 from scperteval.engine.spaces import resolve_space, space_has_large_fit, space_is_per_condition
 from scperteval.engine.views import centering_vector, make_view, metric_context
 from scperteval.errors import SpecError
 from scperteval.kernels.threads import wait_for_cores
-from scperteval.metrics import DatasetContext, DegenerateInput
+from scperteval.metrics import DegenerateInput
 from scperteval.metrics.population import single_threaded_blas
 from scperteval.stats.groups import GroupStats
 
@@ -49,53 +52,6 @@ __all__ = [
     "RESULT_COLUMNS",
     "UNDEFINED_REASON",
 ]
-
-RESULT_COLUMNS = [
-    "covariate",
-    "perturbation",
-    "protocol",
-    "source",
-    "source_name",
-    "value",
-    "reason",
-]
-
-SourceGetter = Callable[[Engine, int], SourceData]
-#: Key of a row's populations subsampled by the cap (taken out before the table is built).
-_SUBSAMPLED = "_subsampled"
-#: The ``reason`` of a NaN that the metric itself returned (as opposed to a failure).
-UNDEFINED_REASON = "metric undefined on these inputs"
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """Something scored against the truth.
-
-    Attributes
-    ----------
-    role
-        ``positive``, ``negative``, ``model`` or ``baseline`` (the ``source`` column).
-    name
-        Its name (the ``source_name`` column): a source or model name, or
-        ``None`` to use the protocol's own positive/negative control.
-    getter
-        Returns its data for a condition; ``None`` for a protocol's control.
-
-    """
-
-    role: str
-    name: str | None = None
-    getter: SourceGetter | None = None
-
-    def resolve(self, protocol: Protocol) -> tuple[str, SourceGetter]:
-        """Source name and data getter of this candidate for a protocol."""
-        if self.getter is not None and self.name is not None:
-            return self.name, self.getter
-        name = self.name or (protocol.positive if self.role == "positive" else protocol.negative)
-        return name, lambda engine, condition: engine.source(name, condition)
-
-
-CONTROLS = (Candidate("positive"), Candidate("negative"))
 
 
 def task_count(engine: Engine, protocols: Sequence[Protocol]) -> int:
@@ -413,31 +369,6 @@ def _sorted_table(engine: Engine, rows: list[dict[str, Any]]) -> pd.DataFrame:
     ).reset_index(drop=True)
 
 
-def _row(
-    engine: Engine,
-    condition: int,
-    protocol: Protocol,
-    role: str,
-    name: str,
-    value: float,
-    reason: str,
-) -> dict[str, Any]:
-    target = engine.context.layout.conditions[condition]
-    return {
-        "covariate": target.covariate,
-        "perturbation": target.perturbation,
-        "protocol": protocol.name,
-        "source": role,
-        "source_name": name,
-        "value": value,
-        "reason": reason,
-    }
-
-
-def _failure(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
 def _task_units(function: Callable[..., Any], arguments: tuple[Any, ...]) -> int:
     """How many of :func:`task_count`'s tasks one task of the run stands for."""
     return len(arguments[0]) if function is _protocols_task else 1
@@ -530,20 +461,6 @@ def _perturbation_task(
     return rows
 
 
-def _candidate_key(
-    protocol: Protocol, name: str, getter: SourceGetter, registered: bool
-) -> Hashable | None:
-    """Key under which a candidate's views are shared by protocols, or ``None``.
-
-    Views against the control and cells in a space (population views): a registered
-    source is fixed for the engine, so its name identifies it; a model or baseline is
-    identified by its getter too, so that two runs on one engine never share.
-    """
-    if protocol.representation not in (*CONTROL_REPRESENTATIONS, "population"):
-        return None
-    return name if registered else ("candidate", name, getter)
-
-
 def _warm_ups(engine: Engine, protocols: Sequence[Protocol]) -> list[tuple[Protocol, int]]:
     """(protocol, condition) pairs whose views :func:`_warm_task` computes ahead."""
     n_conditions = engine.context.layout.n_conditions
@@ -592,93 +509,4 @@ def _dataset_task(
 ) -> list[dict[str, Any]]:
     wait_for_cores()
     with _LARGE_TASK_LOCK:
-        return _dataset_rows(engine, protocol, covariate, candidates)
-
-
-def _dataset_rows(
-    engine: Engine, protocol: Protocol, covariate: int, candidates: Sequence[Candidate]
-) -> list[dict[str, Any]]:
-    conditions = engine.conditions_of(covariate)
-    named = [(c.role, *c.resolve(protocol)) for c in candidates]
-    named_registered = {
-        name: c.getter is None for c, (_, name, _) in zip(candidates, named, strict=True)
-    }
-    rows: list[dict[str, Any]] = []
-    try:
-        space = resolve_space(engine, protocol.space, int(conditions[0]))
-        references = [centering_vector(engine, protocol.centering, int(k)) for k in conditions]
-        truth = _stack(
-            engine,
-            protocol,
-            conditions,
-            space,
-            references,
-            lambda e, k: e.source("truth", k),
-            "truth",
-        )
-        ctx = DatasetContext(
-            covariate=engine.covariates[covariate],
-            perturbations=tuple(
-                engine.context.layout.conditions[int(k)].perturbation for k in conditions
-            ),
-            features=space.feature_names,
-            target_features=tuple(
-                space.positions_of(engine.target_genes(int(k))) for k in conditions
-            ),
-        )
-    except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
-        reason = _failure(exc)
-        for k in conditions:
-            rows.extend(
-                _row(engine, int(k), protocol, role, name, math.nan, reason)
-                for role, name, _ in named
-            )
-        return rows
-    for role, name, getter in named:
-        try:
-            key = _candidate_key(protocol, name, getter, named_registered[name])
-            # The candidate's stack is freed on return, before the next one is built.
-            values = _dataset_values(
-                protocol,
-                truth,
-                ctx,
-                partial(_stack, engine, protocol, conditions, space, references, getter, key),
-            )
-            reasons = ["" if math.isfinite(v) else UNDEFINED_REASON for v in values]
-        except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
-            values = np.full(len(conditions), math.nan)
-            reasons = [_failure(exc)] * len(conditions)
-        for k, value, reason in zip(conditions, values, reasons, strict=True):
-            rows.append(_row(engine, int(k), protocol, role, name, float(value), reason))
-    return rows
-
-
-def _dataset_values(
-    protocol: Protocol, truth: np.ndarray, ctx: DatasetContext, stack: Callable[[], Any]
-) -> np.ndarray:
-    return np.asarray(protocol.metric(truth, stack(), ctx), dtype=np.float64)
-
-
-def _stack(
-    engine: Engine,
-    protocol: Protocol,
-    conditions: Iterable[int],
-    space: Any,
-    references: Sequence[np.ndarray | None],
-    getter: SourceGetter,
-    cache_key: Hashable | None = None,
-) -> Any:
-    if protocol.representation in CONTROL_REPRESENTATIONS:
-        # One view per perturbation, in row order: DE tables or distances.
-        views = [
-            make_view(engine, protocol, int(k), getter(engine, int(k)), space, None, cache_key)
-            for k in conditions
-        ]
-        return views if protocol.representation == "control_de" else np.asarray(views)
-    vectors = []
-    for k, truth_reference in zip(conditions, references, strict=True):
-        source = getter(engine, int(k))
-        reference = candidate_reference(protocol.centering, source, truth_reference)
-        vector = source.centroid if reference is None else source.centroid - reference
-        vectors.append(space.vector(vector, is_delta=reference is not None))
-    return np.vstack(vectors)
+        return dataset_rows(engine, protocol, covariate, candidates)

@@ -38,6 +38,9 @@ SAMPLE_POINTS_BYTES = 256 * 2**20
 PAIR_STORE_BYTES = 1024 * 2**20
 #: Memory bound for the mapped cells kept for the next population protocol (bytes).
 POPULATION_POINTS_BYTES = 64 * 2**20
+#: Memory bound for the prediction-truth distance matrices that rank metrics of one
+#: space and centering share (bytes; 500 perturbations: 2 MB per candidate).
+DATASET_DISTANCES_BYTES = 64 * 2**20
 #: Memory bound for the statistics of samples without a perturbation's cells, kept
 #: for the perturbation's next protocols (bytes).
 SAMPLE_WITHOUT_BYTES = 16 * 2**20
@@ -109,6 +112,7 @@ class Engine:
         #: (see :func:`population_points`).
         self._points_store = BoundedStore(POPULATION_POINTS_BYTES)
         self._sample_without_store = BoundedStore(SAMPLE_WITHOUT_BYTES)
+        self._distances_store = BoundedStore(DATASET_DISTANCES_BYTES)
         #: Sums over pairs that the run's population protocols will ask for, by space
         #: (see :mod:`scperteval.engine.fastpath`).
         self.pair_plan: dict[str, frozenset[Any]] = {}
@@ -419,6 +423,25 @@ class Engine:
         same.
         """
         return self._pair_store.get(key, build, lambda _: nbytes)
+
+    def dataset_distances(self, key: Hashable, build: Callable[[], np.ndarray]) -> np.ndarray:
+        """A covariate group's prediction-truth distance matrix, kept for other protocols.
+
+        Parameters
+        ----------
+        key
+            Identifies the matrix (group, space, centering, distance, candidate).
+        build
+            Computes it; it must give the same matrix every time.
+
+        Returns
+        -------
+        numpy.ndarray
+            The matrix, read-only; kept while the matrices kept fit in
+            :data:`DATASET_DISTANCES_BYTES` (least recently used out).
+
+        """
+        return self._distances_store.get(key, lambda: _read_only(build()), lambda a: a.nbytes)
 
     def population_points(self, key: Hashable, build: Callable[[], np.ndarray]) -> np.ndarray:
         """Cells x features of one source in one space, kept briefly for the next protocol.

@@ -40,6 +40,7 @@ __all__ = [
     "nir",
     "pds",
     "distance_matrix",
+    "prediction_truth_distances",
     "rank_from_distances",
     "transpose_rank_from_distances",
     "nir_from_distances",
@@ -49,6 +50,8 @@ __all__ = [
 Float64Array = npt.NDArray[np.float64]
 Distance = Literal["sqeuclidean", "l1", "cosine"]
 _DISTANCES = ("sqeuclidean", "l1", "cosine")
+#: The distance of the rank metrics unless a protocol names another.
+DEFAULT_DISTANCE: Distance = "sqeuclidean"
 
 
 # ------------------------------------------------------------------------- distances
@@ -339,6 +342,36 @@ def pds_from_distances(distances: npt.ArrayLike) -> Float64Array:
 # --------------------------------------------------------------------------- metrics
 
 
+def prediction_truth_distances(
+    gt: npt.ArrayLike, pred: npt.ArrayLike, distance: Distance = DEFAULT_DISTANCE
+) -> Float64Array:
+    """``D[i, j] = d(pred_i, truth_j)`` of two stacks, as :func:`rank` computes it.
+
+    :func:`rank`, :func:`transpose_rank` and :func:`nir` are functions of this
+    matrix alone (``*_from_distances``): a run computes it once for the three.
+
+    Parameters
+    ----------
+    gt, pred
+        ``n x features`` matrices; row ``i`` of both is perturbation ``i``.
+    distance
+        ``"sqeuclidean"`` (default), ``"l1"`` or ``"cosine"``; see :func:`distance_matrix`.
+
+    Returns
+    -------
+    numpy.ndarray
+        The ``n x n`` distances.
+
+    Raises
+    ------
+    DegenerateInput
+        If either matrix has non-finite values.
+
+    """
+    truth, prediction = _matrix_pair(gt, pred)
+    return distance_matrix(prediction, truth, distance=distance)
+
+
 def _matrix_pair(gt: npt.ArrayLike, pred: npt.ArrayLike) -> tuple[Float64Array, Float64Array]:
     truth = as_matrix(gt, "truths")
     prediction = as_matrix(pred, "predictions")
@@ -357,13 +390,14 @@ def _matrix_pair(gt: npt.ArrayLike, pred: npt.ArrayLike) -> tuple[Float64Array, 
     scope="dataset",
     better="lower",
     perfect=0.0,
+    from_distances=rank_from_distances,
 )
 def rank(
     gt: npt.ArrayLike,
     pred: npt.ArrayLike,
     ctx: DatasetContext | None = None,
     *,
-    distance: Distance = "sqeuclidean",
+    distance: Distance = DEFAULT_DISTANCE,
 ) -> Float64Array:
     """Rank of each perturbation's prediction among all predictions, seen from its truth.
 
@@ -391,8 +425,7 @@ def rank(
         If there are fewer than 2 perturbations or non-finite values.
 
     """
-    truth, prediction = _matrix_pair(gt, pred)
-    return rank_from_distances(distance_matrix(prediction, truth, distance=distance))
+    return rank_from_distances(prediction_truth_distances(gt, pred, distance))
 
 
 @METRICS.register(
@@ -402,13 +435,14 @@ def rank(
     scope="dataset",
     better="lower",
     perfect=0.0,
+    from_distances=transpose_rank_from_distances,
 )
 def transpose_rank(
     gt: npt.ArrayLike,
     pred: npt.ArrayLike,
     ctx: DatasetContext | None = None,
     *,
-    distance: Distance = "sqeuclidean",
+    distance: Distance = DEFAULT_DISTANCE,
 ) -> Float64Array:
     """Rank of each perturbation's truth among all truths, seen from its prediction.
 
@@ -436,8 +470,7 @@ def transpose_rank(
         If there are fewer than 2 perturbations or non-finite values.
 
     """
-    truth, prediction = _matrix_pair(gt, pred)
-    return transpose_rank_from_distances(distance_matrix(prediction, truth, distance=distance))
+    return transpose_rank_from_distances(prediction_truth_distances(gt, pred, distance))
 
 
 @METRICS.register(
@@ -447,13 +480,14 @@ def transpose_rank(
     scope="dataset",
     better="higher",
     perfect=1.0,
+    from_distances=nir_from_distances,
 )
 def nir(
     gt: npt.ArrayLike,
     pred: npt.ArrayLike,
     ctx: DatasetContext | None = None,
     *,
-    distance: Distance = "sqeuclidean",
+    distance: Distance = DEFAULT_DISTANCE,
 ) -> Float64Array:
     """Fraction of the other truths strictly farther from each prediction than its own truth.
 
@@ -482,8 +516,7 @@ def nir(
         If there are fewer than 2 perturbations or non-finite values.
 
     """
-    truth, prediction = _matrix_pair(gt, pred)
-    return nir_from_distances(distance_matrix(prediction, truth, distance=distance))
+    return nir_from_distances(prediction_truth_distances(gt, pred, distance))
 
 
 @METRICS.register(

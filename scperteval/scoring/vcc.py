@@ -96,7 +96,7 @@ def metric_means(results: pd.DataFrame) -> pd.DataFrame:
     -------
     pandas.DataFrame
         One row per ``source_name``, one column per protocol. A returned NaN
-        (``reason`` :data:`~scperteval.engine.dispatch.UNDEFINED_REASON`) makes the
+        (``reason`` :data:`~scperteval.engine.result_rows.UNDEFINED_REASON`) makes the
         mean NaN; a NaN recorded with another reason is left out.
 
     Raises

@@ -1,0 +1,177 @@
+"""Dataset-scope protocols: every perturbation of a covariate group at once.
+
+A dataset-scope metric compares the stack of the truths of a covariate group's
+perturbations with the stack of a candidate's (rank metrics, the perturbation
+discrimination score, control-relative views). :func:`dataset_rows` computes one
+protocol for every candidate, one candidate's stack at a time.
+
+Rank, transpose rank and NIR are functions of one matrix, the distances from
+every prediction to every truth, and the default suite asks for all three in the
+same space with the same centering: the matrix of each candidate is computed once
+and kept (a few megabytes for hundreds of perturbations, within
+:data:`~scperteval.engine.engine.DATASET_DISTANCES_BYTES`) for the others.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from scperteval.engine.candidates import Candidate, SourceGetter, candidate_identity, candidate_key
+from scperteval.engine.control_views import CONTROL_REPRESENTATIONS, candidate_reference
+from scperteval.engine.engine import Engine
+from scperteval.engine.protocol import Protocol
+from scperteval.engine.result_rows import UNDEFINED_REASON, failure_reason, result_row
+from scperteval.engine.spaces import resolve_space
+from scperteval.engine.views import centering_vector, make_view
+from scperteval.metrics import DatasetContext
+from scperteval.metrics.dataset import DEFAULT_DISTANCE, prediction_truth_distances
+
+__all__ = ["dataset_rows"]
+
+
+def dataset_rows(
+    engine: Engine, protocol: Protocol, covariate: int, candidates: Sequence[Candidate]
+) -> list[dict[str, Any]]:
+    """The rows of one dataset-scope protocol for every candidate in one covariate group.
+
+    Parameters
+    ----------
+    engine
+        Shared data of the dataset.
+    protocol
+        A dataset-scope protocol.
+    covariate
+        Index of the covariate group.
+    candidates
+        The controls or models to evaluate.
+
+    Returns
+    -------
+    list of dict
+        One row per perturbation of the group and candidate; a failure gives NaN and
+        its reason, for that candidate (or, before any candidate, for all).
+
+    """
+    conditions = engine.conditions_of(covariate)
+    named = [(c.role, *c.resolve(protocol)) for c in candidates]
+    named_registered = {
+        name: c.getter is None for c, (_, name, _) in zip(candidates, named, strict=True)
+    }
+    rows: list[dict[str, Any]] = []
+    try:
+        space = resolve_space(engine, protocol.space, int(conditions[0]))
+        references = [centering_vector(engine, protocol.centering, int(k)) for k in conditions]
+        truth = _stack(
+            engine,
+            protocol,
+            conditions,
+            space,
+            references,
+            lambda e, k: e.source("truth", k),
+            "truth",
+        )
+        ctx = DatasetContext(
+            covariate=engine.covariates[covariate],
+            perturbations=tuple(
+                engine.context.layout.conditions[int(k)].perturbation for k in conditions
+            ),
+            features=space.feature_names,
+            target_features=tuple(
+                space.positions_of(engine.target_genes(int(k))) for k in conditions
+            ),
+        )
+    except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
+        reason = failure_reason(exc)
+        for k in conditions:
+            rows.extend(
+                result_row(engine, int(k), protocol, role, name, math.nan, reason)
+                for role, name, _ in named
+            )
+        return rows
+    from_distances = _distance_function(protocol)
+    for role, name, getter in named:
+        try:
+            registered = named_registered[name]
+            # The candidate's stack is freed on return, before the next one is built.
+            stack = partial(
+                _stack,
+                engine,
+                protocol,
+                conditions,
+                space,
+                references,
+                getter,
+                candidate_key(protocol, name, getter, registered),
+            )
+            if from_distances is None:
+                values = np.asarray(protocol.metric(truth, stack(), ctx), dtype=np.float64)
+            else:
+                distance = protocol.metric.options.get("distance", DEFAULT_DISTANCE)
+                key = (
+                    covariate,
+                    protocol.space,
+                    protocol.centering,
+                    distance,
+                    candidate_identity(name, getter, registered),
+                )
+                distances = engine.dataset_distances(
+                    key, partial(_distances_to_truth, truth, stack, distance)
+                )
+                values = np.asarray(from_distances(distances), dtype=np.float64)
+            reasons = ["" if math.isfinite(v) else UNDEFINED_REASON for v in values]
+        except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
+            values = np.full(len(conditions), math.nan)
+            reasons = [failure_reason(exc)] * len(conditions)
+        for k, value, reason in zip(conditions, values, reasons, strict=True):
+            rows.append(result_row(engine, int(k), protocol, role, name, float(value), reason))
+    return rows
+
+
+def _distances_to_truth(
+    truth: np.ndarray, stack: Callable[[], np.ndarray], distance: str
+) -> np.ndarray:
+    return prediction_truth_distances(truth, stack(), distance)  # type: ignore[arg-type]
+
+
+def _distance_function(protocol: Protocol) -> Callable[[np.ndarray], np.ndarray] | None:
+    """The metric as a function of the prediction-truth distances, where it is one.
+
+    Only for centroid stacks and a metric bound to no option but its distance: the
+    shared matrix is then exactly the one the metric would compute.
+    """
+    function = protocol.metric.entry.meta.get("from_distances")
+    if function is None or protocol.representation != "centroid":
+        return None
+    if not set(protocol.metric.options) <= {"distance"}:
+        return None
+    return function  # type: ignore[no-any-return]
+
+
+def _stack(
+    engine: Engine,
+    protocol: Protocol,
+    conditions: Iterable[int],
+    space: Any,
+    references: Sequence[np.ndarray | None],
+    getter: SourceGetter,
+    cache_key: Hashable | None = None,
+) -> Any:
+    if protocol.representation in CONTROL_REPRESENTATIONS:
+        # One view per perturbation, in row order: DE tables or distances.
+        views = [
+            make_view(engine, protocol, int(k), getter(engine, int(k)), space, None, cache_key)
+            for k in conditions
+        ]
+        return views if protocol.representation == "control_de" else np.asarray(views)
+    vectors = []
+    for k, truth_reference in zip(conditions, references, strict=True):
+        source = getter(engine, int(k))
+        reference = candidate_reference(protocol.centering, source, truth_reference)
+        vector = source.centroid if reference is None else source.centroid - reference
+        vectors.append(space.vector(vector, is_delta=reference is not None))
+    return np.vstack(vectors)
