@@ -60,9 +60,9 @@ class GroupLayout:
     def positions(self, condition_index: int, half: str = "all") -> np.ndarray:
         """Sorted cell positions of a condition's half (``all``, ``truth``, ``duplicate``)."""
         if half == "truth":
-            return self._group_cells(2 * condition_index)
+            return self._group_cells(2 * condition_index).copy()
         if half == "duplicate":
-            return self._group_cells(2 * condition_index + 1)
+            return self._group_cells(2 * condition_index + 1).copy()
         if half == "all":
             both = np.concatenate(
                 [self._group_cells(2 * condition_index), self._group_cells(2 * condition_index + 1)]
@@ -73,14 +73,14 @@ class GroupLayout:
 
     def control_positions(self, covariate_index: int) -> np.ndarray:
         """Sorted cell positions of a covariate group's controls."""
-        return self._group_cells(self.control_group(covariate_index))
+        return self._group_cells(self.control_group(covariate_index)).copy()
 
     def _group_cells(self, code: int) -> np.ndarray:
-        """The cells of one group, ascending (a copy the caller may keep or change)."""
+        """The cells of one group, ascending: a view of the shared order, not to be changed."""
         order, starts = self._cells_by_group
         if not 0 <= code < self.n_groups:
-            return np.empty(0, dtype=order.dtype)
-        return order[starts[code + 1] : starts[code + 2]].copy()
+            return order[:0]
+        return order[starts[code + 1] : starts[code + 2]]
 
     @cached_property
     def _cells_by_group(self) -> tuple[np.ndarray, np.ndarray]:

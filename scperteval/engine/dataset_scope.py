@@ -29,7 +29,7 @@ from scperteval.engine.result_rows import UNDEFINED_REASON, failure_reason, resu
 from scperteval.engine.spaces import resolve_space
 from scperteval.engine.views import centering_vector, make_view
 from scperteval.metrics import DatasetContext
-from scperteval.metrics.dataset import DEFAULT_DISTANCE, prediction_truth_distances
+from scperteval.metrics.dataset import DEFAULT_DISTANCE, Distance, prediction_truth_distances
 
 __all__ = ["dataset_rows"]
 
@@ -133,9 +133,9 @@ def dataset_rows(
 
 
 def _distances_to_truth(
-    truth: np.ndarray, stack: Callable[[], np.ndarray], distance: str
+    truth: np.ndarray, stack: Callable[[], np.ndarray], distance: Distance
 ) -> np.ndarray:
-    return prediction_truth_distances(truth, stack(), distance)  # type: ignore[arg-type]
+    return prediction_truth_distances(truth, stack(), distance)
 
 
 def _distance_function(protocol: Protocol) -> Callable[[np.ndarray], np.ndarray] | None:

@@ -11,6 +11,7 @@ Unions and intersections of gene selections are written ``a | b`` and ``a & b``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -235,9 +236,9 @@ def space_has_large_fit(spec: str) -> bool:
     )
 
 
-def _part_metadata(spec: str) -> list[dict[str, Any]]:
+def _part_metadata(spec: str) -> list[Mapping[str, Any]]:
     """The registered metadata of each space named in a spec (``a | b``, ``a & b``)."""
     from scperteval.registry import parse_spec
 
     parts = [p.strip() for p in spec.replace("&", "|").split("|")]
-    return [dict(SPACES.get(str(parse_spec(part)[0])).meta) for part in parts]
+    return [SPACES.get(str(parse_spec(part)[0])).meta for part in parts]
