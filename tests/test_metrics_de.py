@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from scipy.stats import rankdata
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from scperteval.metrics import DegenerateInput, DEView, de_auprc, de_auroc, de_topk_overlap
@@ -113,20 +114,90 @@ def test_deview_checks_shapes():
         DEView(statistic=np.zeros((2, 2)), pvalue_adj=np.zeros((2, 2)))
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_ranks_equal_scipy_rankdata(seed):
-    from scipy.stats import rankdata
-
-    from scperteval.metrics.de import average_ranks, dense_ranks
-
+def tied_views(seed, size=300):
+    """Views with many ties, infinities and NaN, in truth and prediction."""
     rng = np.random.default_rng(seed)
-    values = rng.integers(0, 6, size=40).astype(float)
-    values[:3] = np.inf
-    np.testing.assert_array_equal(dense_ranks(values), rankdata(values, method="dense"))
-    np.testing.assert_array_equal(average_ranks(values), rankdata(values, method="average"))
-    distinct = rng.normal(size=25)
-    np.testing.assert_array_equal(average_ranks(distinct), rankdata(distinct))
-    assert average_ranks(np.array([])).size == 0
+    truth_statistic = rng.integers(-4, 5, size=size).astype(float)
+    truth_statistic[rng.integers(0, size, 5)] = np.inf
+    truth = DEView(statistic=truth_statistic, pvalue_adj=rng.uniform(size=size) ** 2)
+    statistic = rng.integers(-6, 7, size=size).astype(float)
+    statistic[rng.integers(0, size, 6)] = np.nan
+    statistic[rng.integers(0, size, 6)] = -np.inf
+    statistic[rng.integers(0, size, 3)] = -0.0
+    return truth, DEView(statistic=statistic, pvalue_adj=np.ones(size))
+
+
+def slow_scores(view):
+    return [0.0 if np.isnan(s) else abs(s) for s in view.statistic]
+
+
+def slow_auroc(truth, prediction, alpha=0.05):
+    """Mann-Whitney count over every positive-negative pair, ties one half."""
+    scores = slow_scores(prediction)
+    positive = [p < alpha for p in truth.pvalue_adj]
+    pairs = 0.0
+    for i, is_positive in enumerate(positive):
+        for j, is_negative in enumerate(positive):
+            if is_positive and not is_negative:
+                pairs += 1.0 if scores[i] > scores[j] else 0.5 if scores[i] == scores[j] else 0.0
+    n_positive = sum(positive)
+    return pairs / (n_positive * (len(positive) - n_positive))
+
+
+def rank_based_auprc(truth, prediction, alpha=0.05):
+    """Average precision through dense ranks, each threshold closed by a rank change."""
+    scores = rankdata(np.array(slow_scores(prediction)), method="dense").astype(float)
+    positive = truth.pvalue_adj < alpha
+    order = np.argsort(-scores, kind="stable")
+    hits = np.cumsum(positive[order])
+    closes = np.r_[np.flatnonzero(np.diff(scores[order])), scores.size - 1]
+    true_positives = hits[closes].astype(np.float64)
+    precision = true_positives / (closes + 1)
+    recall = true_positives / true_positives[-1]
+    return float(np.sum(np.diff(recall, prepend=0.0) * precision))
+
+
+def slow_topk_overlap(truth, prediction, k):
+    """Top sets by sorting whole keys: truth by (score, index), prediction by (score,
+    membership in the truth's top k, index)."""
+    truth_scores, scores = slow_scores(truth), slow_scores(prediction)
+    features = range(len(scores))
+    truth_top = set(sorted(features, key=lambda i: (-truth_scores[i], i))[:k])
+    top = sorted(features, key=lambda i: (-scores[i], i in truth_top, i))[:k]
+    return len(truth_top.intersection(top)) / k
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_de_metrics_equal_slow_references_exactly_with_ties(seed):
+    truth, prediction = tied_views(seed)
+    assert de_auroc(truth, prediction) == slow_auroc(truth, prediction)
+    assert de_auprc(truth, prediction) == rank_based_auprc(truth, prediction)
+    # sklearn refuses infinite scores; their ranks order the genes the same way.
+    labels = truth.pvalue_adj < 0.05
+    scores = rankdata(slow_scores(prediction), method="dense")
+    assert de_auprc(truth, prediction) == pytest.approx(
+        average_precision_score(labels, scores), rel=1e-12
+    )
+    assert de_auroc(truth, prediction) == pytest.approx(roc_auc_score(labels, scores), rel=1e-12)
+    for k in (1, 7, 40, 150, 299):
+        assert de_topk_overlap(truth, prediction, k=k) == slow_topk_overlap(truth, prediction, k)
+
+
+def test_ranking_is_sorted_once_and_read_only_by_the_metrics():
+    truth, prediction = tied_views(0)
+    order, evidence = prediction.ranked()
+    assert prediction.ranked()[0] is order
+    expected = np.array(slow_scores(prediction))
+    np.testing.assert_array_equal(evidence, expected[order])
+    assert np.all(np.diff(evidence[np.isfinite(evidence)]) <= 0)
+    # Equal evidence keeps feature order.
+    tied = evidence[1:] == evidence[:-1]
+    assert np.all(order[1:][tied] > order[:-1][tied])
+    kept = order.copy()
+    de_auprc(truth, prediction)
+    de_auroc(truth, prediction)
+    de_topk_overlap(truth, prediction, k=20)
+    np.testing.assert_array_equal(prediction.ranked()[0], kept)
 
 
 def test_deferred_adjusted_pvalues_are_computed_once_on_access():

@@ -253,6 +253,40 @@ def test_protocols_of_one_space_resolve_it_once_per_perturbation(monkeypatch):
     np.testing.assert_array_equal(found["value"].to_numpy(), expected["value"].to_numpy())
 
 
+def test_de_protocols_of_one_perturbation_share_each_sources_view(monkeypatch):
+    from collections import Counter
+
+    import numpy as np
+    import pandas as pd
+
+    import scperteval
+    from scperteval.engine import dispatch
+
+    adata = scperteval.simulate(n_perturbations=6, n_genes=50, cells_per_perturbation=30, seed=5)
+    protocols = ["de_auprc", "de_auroc", "de_topk_overlap"]
+    made = Counter()
+    real_make = dispatch.make_view
+
+    def counted(engine, protocol, condition, source, space, reference, cache_key=None):
+        made[condition] += 1
+        return real_make(engine, protocol, condition, source, space, reference, cache_key)
+
+    monkeypatch.setattr(dispatch, "make_view", counted)
+    together = scperteval.calibrate(adata, ",".join(protocols), workers=2).results
+    # Each source's DE view (the truth and every candidate) is made once per
+    # perturbation, not once per protocol.
+    candidates = together.groupby(["protocol", "perturbation"]).size()
+    assert set(candidates) == {2}
+    assert len(made) == adata.obs["perturbation"].nunique() - 1
+    assert set(made.values()) == {1 + 2}
+    alone = pd.concat([scperteval.calibrate(adata, name, workers=1).results for name in protocols])
+    key = ["covariate", "protocol", "perturbation", "source", "source_name"]
+    merged = together.merge(alone, on=key, suffixes=("", "_alone"))
+    assert len(merged) == len(together) == len(alone)
+    np.testing.assert_array_equal(merged["value"].to_numpy(), merged["value_alone"].to_numpy())
+    assert np.isfinite(together["value"]).mean() > 0.5
+
+
 def test_rank_metrics_of_one_space_share_each_candidates_distances(monkeypatch):
     from collections import Counter
 

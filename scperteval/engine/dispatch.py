@@ -18,12 +18,12 @@ import math
 import numbers
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import pandas as pd
 
-from scperteval.engine.candidates import CONTROLS, Candidate
+from scperteval.engine.candidates import CONTROLS, Candidate, candidate_identity
 from scperteval.engine.candidates import candidate_key as _candidate_key
 from scperteval.engine.control_views import CONTROL_REPRESENTATIONS, candidate_reference
 from scperteval.engine.dataset_scope import dataset_rows
@@ -383,11 +383,44 @@ def _protocols_task(
     """The rows of several protocols of one space for one perturbation, in turn."""
     rows: list[dict[str, Any]] = []
     # The space is resolved once for all of them (a per-perturbation gene selection
-    # is not cached by the engine: it would be kept for every perturbation).
-    spaces: dict[str, Any] = {}
+    # is not cached by the engine: it would be kept for every perturbation), and so
+    # is each source's DE view, which every DE metric ranks the same way.
+    shared = _TaskShared()
     for protocol in protocols:
-        rows.extend(_perturbation_task(engine, protocol, condition, candidates, spaces))
+        rows.extend(_perturbation_task(engine, protocol, condition, candidates, shared))
     return rows
+
+
+class _TaskShared:
+    """What the protocols of one task compute once: spaces by spec, DE views by source."""
+
+    __slots__ = ("spaces", "views")
+
+    def __init__(self) -> None:
+        self.spaces: dict[str, Any] = {}
+        self.views: dict[Hashable, object] = {}
+
+    def view(
+        self,
+        source_key: Hashable,
+        engine: Engine,
+        protocol: Protocol,
+        condition: int,
+        source: Any,
+        space: Any,
+        reference: Any,
+        cache_key: Hashable | None,
+    ) -> object:
+        """:func:`make_view`'s view, made once per source and space if it is a DE view."""
+        if protocol.representation != "de":
+            return make_view(engine, protocol, condition, source, space, reference, cache_key)
+        # A DE view depends on the source and the space only (not on the centering).
+        key = (protocol.space, source_key)
+        view = self.views.get(key)
+        if view is None:
+            view = make_view(engine, protocol, condition, source, space, reference, cache_key)
+            self.views[key] = view
+        return view
 
 
 def _perturbation_task(
@@ -395,9 +428,10 @@ def _perturbation_task(
     protocol: Protocol,
     condition: int,
     candidates: Sequence[Candidate],
-    spaces: dict[str, Any] | None = None,
+    shared: _TaskShared | None = None,
 ) -> list[dict[str, Any]]:
     wait_for_cores()
+    shared = shared or _TaskShared()
     named = [(c.role, *c.resolve(protocol)) for c in candidates]
     # Registered sources are fixed for the engine: sums over their cells may be shared.
     shareable = [c.getter is None for c in candidates]
@@ -405,19 +439,17 @@ def _perturbation_task(
     population = protocol.representation == "population"
     subsampled: list[Subsampled] = []
     try:
-        space = spaces.get(protocol.space) if spaces is not None else None
+        space = shared.spaces.get(protocol.space)
         if space is None:
-            space = resolve_space(engine, protocol.space, condition)
-            if spaces is not None:
-                spaces[protocol.space] = space
+            space = shared.spaces[protocol.space] = resolve_space(engine, protocol.space, condition)
         reference = centering_vector(engine, protocol.centering, condition)
         truth_source = engine.source("truth", condition)
         if population:
             truth_source, record = cap_source(engine, condition, "truth", truth_source)
             if record is not None:
                 subsampled.append(record)
-        truth_view = make_view(
-            engine, protocol, condition, truth_source, space, reference, cache_key="truth"
+        truth_view = shared.view(
+            "truth", engine, protocol, condition, truth_source, space, reference, "truth"
         )
         ctx = metric_context(engine, protocol, condition, space)
     except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
@@ -449,7 +481,8 @@ def _perturbation_task(
                 view_key=key,
             )
             if fast is None:
-                view = make_view(engine, protocol, condition, source, space, own, key)
+                identity = candidate_identity(name, getter, registered)
+                view = shared.view(identity, engine, protocol, condition, source, space, own, key)
                 fast = protocol.metric(truth_view, view, ctx)
             value = float(fast)
             reason = "" if math.isfinite(value) else UNDEFINED_REASON

@@ -54,7 +54,7 @@ class DEView:
 
     """
 
-    __slots__ = ("_pending", "_pvalue_adj", "statistic")
+    __slots__ = ("_descending", "_pending", "_pvalue_adj", "statistic")
 
     def __init__(
         self,
@@ -66,6 +66,7 @@ class DEView:
             raise ValueError("DE statistic and adjusted p-values must be one-dimensional")
         self._pending: Callable[[], npt.ArrayLike] | None = None
         self._pvalue_adj: Float64Array | None = None
+        self._descending: tuple[npt.NDArray[np.intp], Float64Array] | None = None
         if callable(pvalue_adj):
             self._pending = pvalue_adj
         else:
@@ -80,6 +81,28 @@ class DEView:
                 f"{self.statistic.size} DE statistics but {values.size} adjusted p-values"
             )
         return values
+
+    def ranked(self) -> tuple[npt.NDArray[np.intp], Float64Array]:
+        """Features by decreasing evidence ``|statistic|``, and that evidence in this order.
+
+        NaN counts as 0 and infinity above every finite value; ties keep feature
+        order. Sorted once and kept, since every DE metric ranks the same view.
+
+        Returns
+        -------
+        order : numpy.ndarray
+            Feature indices, most evidence first.
+        evidence : numpy.ndarray
+            ``|statistic|`` of those features, non-increasing.
+
+        """
+        ranked = self._descending
+        if ranked is None:
+            evidence = _evidence(self)
+            order = np.argsort(-evidence, kind="stable")
+            ranked = (order, evidence[order])
+            self._descending = ranked
+        return ranked
 
     @property
     def pvalue_adj(self) -> Float64Array:
@@ -101,51 +124,8 @@ def _evidence(view: DEView) -> Float64Array:
     return np.nan_to_num(np.abs(view.statistic), nan=0.0, posinf=np.inf)
 
 
-def dense_ranks(values: npt.ArrayLike) -> Float64Array:
-    """Ranks 1, 2, ... of the distinct values, ties sharing one (``rankdata`` "dense").
-
-    Parameters
-    ----------
-    values
-        One-dimensional, without NaN.
-
-    Returns
-    -------
-    numpy.ndarray
-        Float64 ranks, same length.
-
-    """
-    _, inverse = np.unique(np.asarray(values), return_inverse=True)
-    return inverse.reshape(-1).astype(np.float64) + 1.0
-
-
-def average_ranks(values: npt.ArrayLike) -> Float64Array:
-    """Ranks from 1, ties given the mean of the positions they span (``rankdata`` "average").
-
-    Parameters
-    ----------
-    values
-        One-dimensional, without NaN.
-
-    Returns
-    -------
-    numpy.ndarray
-        Float64 ranks, same length; every value is a multiple of 0.5, so exact.
-
-    """
-    values = np.asarray(values).reshape(-1)
-    order = np.argsort(values, kind="stable")
-    ordered = values[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    stops = np.r_[starts[1:], values.size]
-    ranks = np.empty(values.size)
-    ranks[order] = np.repeat((starts + stops + 1) / 2.0, stops - starts)
-    return ranks
-
-
-def _labels_and_scores(
-    gt: DEView, pred: DEView, alpha: float
-) -> tuple[npt.NDArray[np.bool_], Float64Array]:
+def _positives(gt: DEView, pred: DEView, alpha: float) -> npt.NDArray[np.bool_]:
+    """The truth's DE genes (``pvalue_adj < alpha``), checked to leave both classes."""
     if len(gt) != len(pred):
         raise ValueError(f"truth has {len(gt)} features but prediction has {len(pred)}")
     if not 0 < alpha <= 1:
@@ -158,10 +138,13 @@ def _labels_and_scores(
             f"the truth has {kind} DE genes at adjusted p < {alpha} among {positive.size} "
             "features, so the ranking cannot be scored"
         )
-    # Ranks replace the scores: both metrics depend only on their order and ties, and
-    # ranks keep infinite statistics in order without special cases.
-    scores = dense_ranks(_evidence(pred))
-    return positive, scores
+    return positive
+
+
+def _tie_runs(ordered: Float64Array) -> npt.NDArray[np.intp]:
+    """End (exclusive) of each run of equal values in a sorted array."""
+    # Compared, not differenced: two infinite scores are tied, their difference is NaN.
+    return np.r_[np.flatnonzero(ordered[1:] != ordered[:-1]) + 1, ordered.size]
 
 
 @METRICS.register(
@@ -205,12 +188,11 @@ def de_auprc(
         If the truth has no positive or no negative gene.
 
     """
-    positive, scores = _labels_and_scores(gt, pred, alpha)
-    order = np.argsort(-scores, kind="stable")
-    sorted_scores = scores[order]
+    positive = _positives(gt, pred, alpha)
+    order, evidence = pred.ranked()
     hits = np.cumsum(positive[order])
     # The last gene of each run of tied scores closes one threshold.
-    closes = np.r_[np.flatnonzero(np.diff(sorted_scores)), sorted_scores.size - 1]
+    closes = _tie_runs(evidence) - 1
     true_positives = hits[closes].astype(np.float64)
     precision = true_positives / (closes + 1)
     recall = true_positives / true_positives[-1]
@@ -256,11 +238,20 @@ def de_auroc(
         If the truth has no positive or no negative gene.
 
     """
-    positive, scores = _labels_and_scores(gt, pred, alpha)
-    ranks = average_ranks(scores)
-    n_positive = int(positive.sum())
-    n_negative = positive.size - n_positive
-    rank_sum = float(ranks[positive].sum())
+    positive = _positives(gt, pred, alpha)
+    order, evidence = pred.ranked()
+    n_features = positive.size
+    # A run of tied genes at descending positions [start, stop) holds the ascending
+    # ranks n - stop + 1 ... n - start, whose mean every gene of the run gets.
+    stops = _tie_runs(evidence)
+    starts = np.r_[0, stops[:-1]]
+    hits = np.r_[0, np.cumsum(positive[order])]
+    positives_in_run = hits[stops] - hits[starts]
+    # Twice the mean rank is an integer and so is every partial sum: exact in float64.
+    twice_rank_sum = float(np.dot(positives_in_run, 2 * n_features + 1 - starts - stops))
+    rank_sum = twice_rank_sum / 2.0
+    n_positive = int(hits[-1])
+    n_negative = n_features - n_positive
     return (rank_sum - n_positive * (n_positive + 1) / 2.0) / (n_positive * n_negative)
 
 
@@ -316,10 +307,15 @@ def de_topk_overlap(
             f"k={k} is not smaller than the {n_features} features: every prediction "
             "would overlap fully"
         )
-    index = np.arange(n_features)
     truth_top = np.zeros(n_features, dtype=bool)
-    truth_top[np.lexsort((index, -_evidence(gt)))[:k]] = True
-    # lexsort sorts by the last key first: score, then truth-top membership (False
-    # before True), then index.
-    pred_order = np.lexsort((index, truth_top, -_evidence(pred)))
-    return float(truth_top[pred_order[:k]].sum()) / k
+    truth_top[gt.ranked()[0][:k]] = True
+    order, evidence = pred.ranked()
+    # Every gene scoring above the k-th highest score is in the prediction's top k;
+    # the rest are drawn from the genes tied with it, the truth's top ones last.
+    cutoff = evidence[k - 1]
+    above = int(np.count_nonzero(evidence > cutoff))
+    tied = order[above : above + int(np.count_nonzero(evidence == cutoff))]
+    tied_in_truth_top = int(np.count_nonzero(truth_top[tied]))
+    taken_from_truth_top = max(0, (k - above) - (tied.size - tied_in_truth_top))
+    overlap = int(np.count_nonzero(truth_top[order[:above]])) + taken_from_truth_top
+    return float(overlap) / k
