@@ -10,6 +10,8 @@ import scipy.sparse as sp
 from scperteval.data.dataset import _scan
 from scperteval.kernels.threads import (
     claim_cores,
+    claim_cores_when_parallel,
+    dealt_back_and_forth,
     kernel_threads,
     limit_kernel_threads,
     run_ranges,
@@ -132,3 +134,42 @@ def test_claims_of_two_threads_both_hold_back_a_third():
     assert passed.wait(10)
     for thread in (*claimers, waiting):
         thread.join(10)
+
+
+def test_dealing_back_and_forth_evens_falling_work():
+    for n_items in range(0, 40):
+        for n_ranges in (1, 2, 3, 5):
+            dealt = dealt_back_and_forth(n_items, n_ranges)
+            assert len(dealt) == n_ranges
+            assert sorted(item for items in dealt for item in items) == list(range(n_items))
+            assert all(items == sorted(items) for items in dealt)
+            # Work n_items - i for item i: every full round gives each range the same
+            # total, so the ranges differ by less than one item's work.
+            work = [sum(n_items - item for item in items) for items in dealt]
+            assert max(work) - min(work) <= n_items
+    # Dealt in turn, two ranges would get 110 and 100 units of 20 items' work.
+    assert [sum(20 - item for item in items) for items in dealt_back_and_forth(20, 2)] == [
+        105,
+        105,
+    ]
+
+
+def test_cores_are_claimed_only_for_parallel_kernels():
+    passed = threading.Event()
+
+    def task():
+        wait_for_cores()
+        passed.set()
+
+    with limit_kernel_threads(1), claim_cores_when_parallel():
+        alone = threading.Thread(target=task)
+        alone.start()
+        assert passed.wait(10)  # one kernel thread: nothing claimed
+    alone.join(10)
+    passed.clear()
+    with limit_kernel_threads(2), claim_cores_when_parallel():
+        held = threading.Thread(target=task)
+        held.start()
+        assert not passed.wait(0.3)
+    assert passed.wait(10)
+    held.join(10)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +27,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from scperteval.engine.eigen import leading_eigenpairs
-from scperteval.kernels.threads import claim_cores, even_bounds, kernel_threads, run_ranges
+from scperteval.kernels.threads import (
+    claim_cores_when_parallel,
+    dealt_back_and_forth,
+    even_bounds,
+    kernel_threads,
+    run_ranges,
+)
 from scperteval.metrics.population import single_threaded_blas
 
 __all__ = ["SampleRows", "principal_axes"]
@@ -142,28 +147,18 @@ def _add_outer_products(gram: np.ndarray, factor: np.ndarray, transposed: bool) 
     starts = list(range(0, size, GRAM_TILE))
 
     n_ranges = max(1, min(kernel_threads(), len(starts)))
+    # Earlier tiles hold more of the lower half: dealt back and forth, the work is even.
+    dealt = dealt_back_and_forth(len(starts), n_ranges)
 
     def tiles(first: int, stop: int) -> None:
-        # Range r takes tiles r, r + n_ranges, ...: earlier tiles hold more of the
-        # lower half, so dealing them out in turn evens the work.
         for which in range(first, stop):
-            for start in starts[which::n_ranges]:
+            for start in (starts[tile] for tile in dealt[which]):
                 end = min(start + GRAM_TILE, size)
                 # Computed transposed so that the product has the Fortran layout of
                 # the Gram matrix: adding it then reads both in memory order.
                 gram[start:, start:end] += (left[start:end] @ left[start:].T).T
 
     run_ranges(tiles, even_bounds(n_ranges, n_ranges))
-
-
-def _cores_for_gram() -> AbstractContextManager[None]:
-    """Every core for the Gram matrix when its tiles run in parallel.
-
-    The fit is on the critical path of a run (every task in its space waits for
-    it) and its tiles keep all cores busy; other tasks sharing the cores meanwhile
-    would only delay it.
-    """
-    return claim_cores() if kernel_threads() > 1 else nullcontext()
 
 
 def _lower_half_matrix(size: int) -> np.ndarray:
@@ -196,7 +191,7 @@ def _gene_gram_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray | Non
     n_cells, n_genes = sample.shape
     gram = _lower_half_matrix(n_genes)
     rows = _dense_block_rows(n_genes)
-    with _cores_for_gram():
+    with claim_cores_when_parallel():
         for start in range(0, n_cells, rows):
             block = _dense_rows(sample, start, min(start + rows, n_cells), offset)
             _add_outer_products(gram, block.T, transposed=False)
@@ -210,7 +205,7 @@ def _cell_gram_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray | Non
     columns = max(1, BLOCK_BYTES // (8 * n_cells))
     by_columns = sample.tocsc() if sp.issparse(sample) else sample
     gram = _lower_half_matrix(n_cells)
-    with _cores_for_gram():
+    with claim_cores_when_parallel():
         for start in range(0, n_genes, columns):
             block = _dense_columns(by_columns, start, min(start + columns, n_genes), offset)
             _add_outer_products(gram, block.T, transposed=True)

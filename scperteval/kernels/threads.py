@@ -12,12 +12,14 @@ import concurrent.futures as cf
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TypeVar
 
 __all__ = [
     "available_cores",
     "claim_cores",
+    "claim_cores_when_parallel",
+    "dealt_back_and_forth",
     "even_bounds",
     "kernel_threads",
     "limit_kernel_threads",
@@ -127,6 +129,40 @@ def even_bounds(n_items: int, max_blocks: int) -> list[int]:
     return [block * n_items // n_blocks for block in range(n_blocks + 1)]
 
 
+def dealt_back_and_forth(n_items: int, n_ranges: int) -> list[list[int]]:
+    """Items ``0 .. n_items - 1`` dealt to ``n_ranges`` ranges back and forth.
+
+    For items whose work falls steadily with their index (column tiles of a lower
+    triangle): dealt 0, 1, 1, 0, 0, 1, ... to two ranges, every range gets nearly
+    the same work, where dealing in turn gives the first range the larger item of
+    every round.
+
+    Parameters
+    ----------
+    n_items
+        Number of items.
+    n_ranges
+        Number of ranges (at least 1).
+
+    Returns
+    -------
+    list of list of int
+        The items of each range, in increasing order.
+
+    Examples
+    --------
+    >>> dealt_back_and_forth(6, 2)
+    [[0, 3, 4], [1, 2, 5]]
+
+    """
+    dealt: list[list[int]] = [[] for _ in range(max(1, n_ranges))]
+    for item in range(n_items):
+        round_index, position = divmod(item, len(dealt))
+        owner = position if round_index % 2 == 0 else len(dealt) - 1 - position
+        dealt[owner].append(item)
+    return dealt
+
+
 def run_ranges(function: Callable[[int, int], T], bounds: Sequence[int]) -> list[T]:
     """``function(bounds[i], bounds[i + 1])`` for every ``i``, the ranges in parallel.
 
@@ -150,6 +186,22 @@ def run_ranges(function: Callable[[int, int], T], bounds: Sequence[int]) -> list
     futures = [_shared_pool().submit(function, a, b) for a, b in ranges[1:]]
     first = function(*ranges[0])
     return [first, *(future.result() for future in futures)]
+
+
+def claim_cores_when_parallel() -> AbstractContextManager[None]:
+    """:func:`claim_cores` when this thread's kernels may use several threads.
+
+    For a step of a run's critical path whose own threads keep every core busy (a
+    PCA's Gram matrix, its reduction to band form): other tasks sharing the cores
+    meanwhile would only delay it. With one kernel thread, nothing is claimed.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        The claim, or a context that does nothing.
+
+    """
+    return claim_cores() if kernel_threads() > 1 else nullcontext()
 
 
 @contextmanager
