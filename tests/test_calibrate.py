@@ -486,3 +486,20 @@ def test_norman_subset(devel_path):
     positive = rows.loc[rows["source"] == "positive", "value"].iloc[0]
     assert positive == pytest.approx(expected, rel=1e-9)
     assert set(result.calibration["protocol"]) == set(protocols)
+
+
+def test_adjusted_pvalues_alone_equal_the_de_tables_and_keep_no_table():
+    import scperteval
+    from scperteval.context import Context
+    from scperteval.data.dataset import Dataset
+
+    adata = scperteval.simulate(n_perturbations=5, n_genes=40, cells_per_perturbation=30, seed=4)
+    for method in ("t-test", "wilcoxon"):
+        context = Context(Dataset(adata), seed=2, de_method=method)
+        alone = context.de_adjusted_pvalues(half="duplicate")
+        assert context.de_origin(half="duplicate") is None  # no table kept
+        assert context.de_adjusted_pvalues(half="duplicate") is alone  # kept, once
+        table = context.de(half="duplicate")
+        np.testing.assert_array_equal(alone, table.pvalue_adj)
+        # Once the table is there, its values are used.
+        assert context.de_adjusted_pvalues(half="duplicate") is table.pvalue_adj

@@ -300,3 +300,62 @@ def test_repeated_rows_found_as_a_full_comparison_finds_them():
     expected = np.r_[False, (matrix[order[1:]] == matrix[order[:-1]]).all(axis=1)]
     np.testing.assert_array_equal(_equal_to_previous(matrix, order), expected)
     assert expected.any() and not expected.all()
+
+
+def test_identical_rows_get_identical_l1_distances_with_and_without_a_mask():
+    rng = np.random.default_rng(5)
+    truth = rng.normal(size=(40, 25))
+    pred = np.vstack([rng.normal(size=(30, 25)), np.repeat(rng.normal(size=(1, 25)), 10, 0)])
+    d = distance_matrix(pred, np.vstack([truth, truth[:3]]), distance="l1")
+    assert (d[30:] == d[30]).all()
+    np.testing.assert_array_equal(d[:, :3], d[:, 40:])
+    np.testing.assert_allclose(d[:, :40], cdist(pred, truth, "cityblock"), rtol=1e-12)
+    keep = np.ones_like(pred)
+    keep[30:, :4] = 0.0
+    masked = distance_matrix(pred, truth, distance="l1", keep=keep)
+    assert (masked[30:] == masked[30]).all()
+    np.testing.assert_allclose(masked[30], cdist(pred[30:31, 4:], truth[:, 4:], "cityblock")[0])
+
+
+def test_rows_gathered_in_place_equal_fancy_indexing():
+    from scperteval.metrics.dataset import _gather_rows_in_place
+
+    rng = np.random.default_rng(6)
+    for n_rows in (1, 2, 7, 30):
+        for n_kept in {1, n_rows // 2 + 1, n_rows}:
+            matrix = rng.normal(size=(n_rows, 4))
+            rows = rng.permutation(n_rows)[:n_kept]
+            expected = matrix[rows].copy()
+            _gather_rows_in_place(matrix, rows)
+            np.testing.assert_array_equal(matrix[:n_kept], expected)
+
+
+@pytest.mark.parametrize("repeats", [False, True])
+def test_shifted_truths_give_the_distance_matrix_bit_for_bit(repeats):
+    from scperteval.metrics.dataset import shifted_truths, sqeuclidean_to_truths
+
+    rng = np.random.default_rng(7)
+    truth = rng.normal(size=(60, 35)) * 3.0 + 20.0
+    pred = truth + rng.normal(size=truth.shape)
+    if repeats:
+        truth[10:15] = truth[3]
+        pred[20:30] = pred[0]
+    expected = distance_matrix(pred, truth)
+    truths = shifted_truths(truth)
+    for candidate in (pred, pred[::-1]):
+        copy = np.ascontiguousarray(candidate)
+        kept = copy.copy()
+        np.testing.assert_array_equal(
+            sqeuclidean_to_truths(copy, truths), distance_matrix(candidate, truth)
+        )
+        np.testing.assert_array_equal(copy, kept)  # not overwritten unless allowed
+    # Overwriting the inputs gives the same values, and does overwrite them.
+    own_truth, own_pred = truth.copy(), pred.copy()
+    found = sqeuclidean_to_truths(
+        own_pred, shifted_truths(own_truth, overwrite=True), overwrite_pred=True
+    )
+    np.testing.assert_array_equal(found, expected)
+    assert not np.array_equal(own_pred, pred) and not np.array_equal(own_truth, truth)
+    np.testing.assert_allclose(expected, cdist(pred, truth, "sqeuclidean"), rtol=1e-10)
+    with pytest.raises(ValueError, match="features"):
+        sqeuclidean_to_truths(pred[:, :5], truths)

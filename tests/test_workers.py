@@ -124,32 +124,61 @@ def test_a_bounded_queue_runs_every_task_once_with_the_same_values(monkeypatch):
     assert max(in_flight) <= 3
 
 
-def test_a_space_fit_waits_for_a_running_dataset_task_which_may_fit_it_itself():
+def test_dataset_tasks_run_beside_a_large_fit_and_one_at_a_time():
     import threading
-
-    import numpy as np
 
     from scperteval.context import Context
     from scperteval.data.dataset import Dataset
     from scperteval.engine import dispatch
+    from scperteval.engine.candidates import CONTROLS
     from scperteval.engine.engine import Engine
-    from scperteval.engine.spaces import resolve_space
     from scperteval.simulation import simulate
 
     adata = simulate(n_perturbations=4, n_genes=40, cells_per_perturbation=30, seed=2)
     engine = Engine(Context(Dataset(adata), seed=1))
-    fit = threading.Thread(target=dispatch._fit_task, args=(engine, "pca", 0))
-    with dispatch._LARGE_TASK_LOCK:
-        fit.start()
-        fit.join(0.5)
-        # The fit cannot start while a dataset-scope task runs...
-        assert fit.is_alive()
-        # ...and that task, needing the space, fits it without waiting for the fit task.
-        space = resolve_space(engine, "pca", 0)
-    fit.join(60)
-    assert not fit.is_alive()
-    assert resolve_space(engine, "pca", 0) is space
-    assert np.all(np.isfinite(space.components))
+    (rank_full,) = _suite_protocols("rank_full")
+    rows = []
+
+    def dataset_task():
+        rows.extend(dispatch._dataset_task(engine, rank_full, 0, CONTROLS))
+
+    with dispatch._LARGE_FIT_LOCK:  # a large fit running
+        beside = threading.Thread(target=dataset_task)
+        beside.start()
+        beside.join(60)
+        assert not beside.is_alive() and rows  # ran beside it
+        other_fit = threading.Thread(target=dispatch._fit_task, args=(engine, "pca", 0))
+        other_fit.start()
+        other_fit.join(0.5)
+        assert other_fit.is_alive()  # large fits run one at a time
+    other_fit.join(60)
+    assert not other_fit.is_alive()
+    with dispatch._DATASET_TASK_LOCK:  # another dataset task running
+        waiting = threading.Thread(target=dataset_task)
+        waiting.start()
+        waiting.join(0.5)
+        assert waiting.is_alive()
+    waiting.join(60)
+    assert not waiting.is_alive()
+
+
+def test_dataset_tasks_waiting_for_a_large_fit_are_queued_after_the_others(monkeypatch):
+    import scperteval
+    from scperteval.engine import dispatch
+
+    adata = scperteval.simulate(n_perturbations=5, n_genes=40, cells_per_perturbation=30, seed=3)
+    order = []
+    real = dispatch.dataset_rows
+
+    def noted(engine, protocol, covariate, candidates):
+        order.append(protocol.name)
+        return real(engine, protocol, covariate, candidates)
+
+    monkeypatch.setattr(dispatch, "dataset_rows", noted)
+    scperteval.calibrate(adata, "rank_pca,rank_full,nir", workers=1)
+    # rank_pca comes first in the list but needs the PCA: it would hold the others
+    # back while the fit runs.
+    assert order == ["rank_full", "nir", "rank_pca"]
 
 
 def test_tasks_wait_while_a_fit_builds_its_gram_matrix_on_every_core(monkeypatch):
@@ -205,7 +234,7 @@ def test_a_cheap_shared_space_never_waits_behind_a_large_fit():
     assert not space_has_large_fit("top_k(k=5)")  # per perturbation: never fitted ahead
     adata = simulate(n_perturbations=4, n_genes=40, cells_per_perturbation=30, seed=2)
     engine = Engine(Context(Dataset(adata), seed=1))
-    with dispatch._LARGE_TASK_LOCK:  # a large fit (or dataset task) running
+    with dispatch._LARGE_FIT_LOCK:  # a large fit running
         cheap = threading.Thread(target=dispatch._fit_task, args=(engine, "heg(k=5)", 0))
         cheap.start()
         cheap.join(10)
@@ -302,11 +331,18 @@ def test_rank_metrics_of_one_space_share_each_candidates_distances(monkeypatch):
     computed = Counter()
     real = dataset_scope.prediction_truth_distances
 
-    def counted(gt, pred, distance):
+    def counted(gt, pred, distance, **options):
         computed[distance] += 1
-        return real(gt, pred, distance)
+        return real(gt, pred, distance, **options)
+
+    real_squared = dataset_scope.sqeuclidean_to_truths
+
+    def counted_squared(pred, truths, **options):
+        computed["sqeuclidean"] += 1
+        return real_squared(pred, truths, **options)
 
     monkeypatch.setattr(dataset_scope, "prediction_truth_distances", counted)
+    monkeypatch.setattr(dataset_scope, "sqeuclidean_to_truths", counted_squared)
     shared = scperteval.calibrate(adata, protocols, covariate_key="cell_line").results
     # Two candidates (positive and negative control) x two covariate groups, once each
     # for the three protocols of the full space; pds (target genes left out) apart.

@@ -29,7 +29,14 @@ from scperteval.engine.result_rows import UNDEFINED_REASON, failure_reason, resu
 from scperteval.engine.spaces import resolve_space
 from scperteval.engine.views import centering_vector, make_view
 from scperteval.metrics import DatasetContext
-from scperteval.metrics.dataset import DEFAULT_DISTANCE, Distance, prediction_truth_distances
+from scperteval.metrics.dataset import (
+    DEFAULT_DISTANCE,
+    Distance,
+    ShiftedTruths,
+    prediction_truth_distances,
+    shifted_truths,
+    sqeuclidean_to_truths,
+)
 
 __all__ = ["dataset_rows"]
 
@@ -94,6 +101,7 @@ def dataset_rows(
             )
         return rows
     from_distances = _distance_function(protocol)
+    distances_to_truth = _DistancesToTruth(truth)
     for role, name, getter in named:
         try:
             registered = named_registered[name]
@@ -120,7 +128,7 @@ def dataset_rows(
                     candidate_identity(name, getter, registered),
                 )
                 distances = engine.dataset_distances(
-                    key, partial(_distances_to_truth, truth, stack, distance)
+                    key, partial(distances_to_truth, stack, distance)
                 )
                 values = np.asarray(from_distances(distances), dtype=np.float64)
             reasons = ["" if math.isfinite(v) else UNDEFINED_REASON for v in values]
@@ -132,10 +140,24 @@ def dataset_rows(
     return rows
 
 
-def _distances_to_truth(
-    truth: np.ndarray, stack: Callable[[], np.ndarray], distance: Distance
-) -> np.ndarray:
-    return prediction_truth_distances(truth, stack(), distance)
+class _DistancesToTruth:
+    """Distances from candidates' stacks to one truth stack, the truth prepared once.
+
+    For squared Euclidean distances the truth's distinct rows are shifted once, in
+    place (the truth stack is then used by distances only), and every candidate's
+    stack is reordered where it lies: no copies of either.
+    """
+
+    def __init__(self, truth: np.ndarray) -> None:
+        self._truth = truth
+        self._shifted: ShiftedTruths | None = None
+
+    def __call__(self, stack: Callable[[], np.ndarray], distance: Distance) -> np.ndarray:
+        if distance != "sqeuclidean":
+            return prediction_truth_distances(self._truth, stack(), distance, overwrite_pred=True)
+        if self._shifted is None:
+            self._shifted = shifted_truths(self._truth, overwrite=True)
+        return sqeuclidean_to_truths(stack(), self._shifted, overwrite_pred=True)
 
 
 def _distance_function(protocol: Protocol) -> Callable[[np.ndarray], np.ndarray] | None:
@@ -168,10 +190,14 @@ def _stack(
             for k in conditions
         ]
         return views if protocol.representation == "control_de" else np.asarray(views)
-    vectors = []
-    for k, truth_reference in zip(conditions, references, strict=True):
+    # Filled row by row, not stacked from a list of rows: one copy of the stack.
+    stacked: np.ndarray | None = None
+    for row, (k, truth_reference) in enumerate(zip(conditions, references, strict=True)):
         source = getter(engine, int(k))
         reference = candidate_reference(protocol.centering, source, truth_reference)
         vector = source.centroid if reference is None else source.centroid - reference
-        vectors.append(space.vector(vector, is_delta=reference is not None))
-    return np.vstack(vectors)
+        mapped = np.asarray(space.vector(vector, is_delta=reference is not None))
+        if stacked is None:
+            stacked = np.empty((len(references), *mapped.shape), dtype=mapped.dtype)
+        stacked[row] = mapped
+    return stacked if stacked is not None else np.empty((0, 0))

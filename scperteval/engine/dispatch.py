@@ -132,8 +132,10 @@ def _run_protocols(
         # Tasks that need no shared space run first, beside the fits of those spaces.
         later = not space_is_per_condition(protocol.space)
         if protocol.scope == "dataset":
+            # Those waiting for a large fit last: they would hold the others back.
+            rank = index + (len(protocols) if space_has_large_fit(protocol.space) else 0)
             for covariate in range(len(layout.covariates)):
-                key = (later, "", index, covariate)
+                key = (later, "", rank, covariate)
                 ordered.append((key, (_dataset_task, (protocol, covariate))))
         elif protocol.representation in ("population", "de"):
             grouped.setdefault((later, protocol.space), []).append(protocol)
@@ -271,12 +273,10 @@ def _shared_space_fits(engine: Engine, protocols: Sequence[Protocol]) -> list[tu
 
 
 def _fit_task(engine: Engine, space: str, condition: int) -> None:
-    # A large fit (a PCA's Gram matrix) holds as much memory as a dataset-scope task:
-    # not both at once. The lock is taken before the fit starts, so that a
-    # dataset-scope task holding it and needing the space computes the fit itself.
-    # A cheap shared space (a gene selection) takes no lock: waiting for it behind a
-    # fit would idle a worker for the whole fit.
-    with _LARGE_TASK_LOCK if space_has_large_fit(space) else contextlib.nullcontext():
+    # Large fits (a PCA's Gram matrix, 115 MB for 5,000 genes, held for seconds) run
+    # one at a time. A cheap shared space (a gene selection) takes no lock: waiting
+    # for it behind a fit would idle a worker for the whole fit.
+    with _LARGE_FIT_LOCK if space_has_large_fit(space) else contextlib.nullcontext():
         try:
             resolve_space(engine, space, condition)
         except DegenerateInput:
@@ -528,18 +528,20 @@ def _warm_task(
             continue
 
 
-#: Held by a dataset-scope task or a shared space's fit while it runs. A
-#: dataset-scope task stacks every perturbation's vectors (truth and candidate, and
-#: the metric's own copies); two at once double that memory, and they gain no time,
-#: being bound by the interpreter and memory bandwidth (four rank protocols on 500
-#: perturbations x 5,000 genes: 2.6 s on one thread, 2.9 s on two). A PCA fit holds
-#: its Gram matrix (5,000 genes: 115 MB) for seconds.
-_LARGE_TASK_LOCK = threading.Lock()
+#: Held by a large shared fit (a PCA) while it runs.
+_LARGE_FIT_LOCK = threading.Lock()
+#: Held by a dataset-scope task while it runs. Such a task stacks every
+#: perturbation's vectors (truth and candidate); two at once double that memory and
+#: gain no time, being bound by the interpreter and memory bandwidth (four rank
+#: protocols on 500 perturbations x 5,000 genes: 2.6 s on one thread, 2.9 s on two).
+#: It may run beside a large fit: its stacks are used where they lie (about 45 MB
+#: there), and it then fills a core the fit's one-threaded steps leave idle.
+_DATASET_TASK_LOCK = threading.Lock()
 
 
 def _dataset_task(
     engine: Engine, protocol: Protocol, covariate: int, candidates: Sequence[Candidate]
 ) -> list[dict[str, Any]]:
     wait_for_cores()
-    with _LARGE_TASK_LOCK:
+    with _DATASET_TASK_LOCK:
         return dataset_rows(engine, protocol, covariate, candidates)

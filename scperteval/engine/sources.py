@@ -170,7 +170,7 @@ def interpolated_duplicate(engine: SourceEngine, condition: int) -> SourceData:
     if engine.truth_half == "all":
         raise DegenerateInput("no technical duplicate when the truth is all cells")
     context = engine.context
-    padj = context.de(reference="rest", half="duplicate").pvalue_adj[condition]
+    padj = context.de_adjusted_pvalues(reference="rest", half="duplicate")[condition]
     alpha = np.where(np.isfinite(padj), 1.0 - padj, 0.0)
     duplicate = context.centroids("duplicate")[condition]
     return SourceData(

@@ -25,6 +25,7 @@ whose rows are all equal:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -41,6 +42,9 @@ __all__ = [
     "pds",
     "distance_matrix",
     "prediction_truth_distances",
+    "shifted_truths",
+    "sqeuclidean_to_truths",
+    "ShiftedTruths",
     "rank_from_distances",
     "transpose_rank_from_distances",
     "nir_from_distances",
@@ -167,7 +171,40 @@ def _distances_of_unique(
         # convention of sklearn.metrics.pairwise.cosine_similarity.
         similarity = np.divide(dot, denominator, out=np.zeros_like(dot), where=denominator > 0)
         return 1.0 - np.clip(similarity, -1.0, 1.0)
-    # l1 has no matrix-product form: one compiled pass per pair of rows.
+    raise ValueError(f"unknown distance {distance!r}")
+
+
+def _gather_rows_in_place(matrix: Float64Array, rows: npt.NDArray[np.intp]) -> None:
+    """``matrix[: len(rows)] = matrix[rows]`` for distinct ``rows``, with one spare row.
+
+    The permutation that takes the chosen rows to the front (the others after them,
+    in any order) is followed cycle by cycle.
+    """
+    n_rows = matrix.shape[0]
+    rest = np.setdiff1d(np.arange(n_rows), rows, assume_unique=True)
+    source = np.concatenate([rows, rest])
+    done = np.zeros(n_rows, dtype=bool)
+    spare = np.empty(matrix.shape[1], dtype=matrix.dtype)
+    for first in range(n_rows):
+        if done[first] or source[first] == first:
+            done[first] = True
+            continue
+        spare[:] = matrix[first]
+        position = first
+        while True:
+            done[position] = True
+            following = int(source[position])
+            if following == first:
+                matrix[position] = spare
+                break
+            matrix[position] = matrix[following]
+            position = following
+
+
+def _l1_distances(
+    pred: Float64Array, truth: Float64Array, keep: Float64Array | None
+) -> Float64Array:
+    """L1 distances of all pairs of rows, one compiled pass per pair."""
     from scperteval.kernels.distances import l1_distances
     from scperteval.kernels.threads import even_bounds, kernel_threads, run_ranges
 
@@ -189,12 +226,126 @@ def _distances_of_unique(
     return out
 
 
+@dataclass(frozen=True)
+class ShiftedTruths:
+    """A stack of truths made ready for squared Euclidean distances to predictions.
+
+    Built once by :func:`shifted_truths` and used for every candidate's stack by
+    :func:`sqeuclidean_to_truths`.
+
+    Attributes
+    ----------
+    rows
+        The distinct truth rows (in the order :func:`numpy.unique` sorts rows),
+        less their mean.
+    index
+        For every truth row, the position of its distinct row.
+    shift
+        The mean subtracted (of the distinct rows).
+    norms
+        Squared norms of ``rows``, as a ``1 x n`` row.
+
+    """
+
+    rows: Float64Array
+    index: npt.NDArray[np.intp]
+    shift: Float64Array
+    norms: Float64Array
+
+
+def shifted_truths(truth: npt.ArrayLike, *, overwrite: bool = False) -> ShiftedTruths:
+    """The distinct rows of a truth stack, shifted by their mean (see :class:`ShiftedTruths`).
+
+    A common shift leaves distances unchanged and shrinks the cancellation error of
+    the expansion ``||p||^2 + ||t||^2 - 2 p.t``.
+
+    Parameters
+    ----------
+    truth
+        ``n x features`` matrix.
+    overwrite
+        ``truth`` (a C-contiguous float64 array) may be overwritten: its distinct rows
+        are then gathered and shifted where they lie instead of in a copy.
+
+    Returns
+    -------
+    ShiftedTruths
+
+    Raises
+    ------
+    DegenerateInput
+        If ``truth`` has non-finite values.
+
+    """
+    matrix = as_matrix(truth, "truths")
+    kept, index = _unique_rows(matrix)
+    if overwrite and matrix.flags.writeable:
+        _gather_rows_in_place(matrix, kept)
+        rows = matrix[: kept.size]
+    else:
+        rows = matrix[kept]
+    shift = rows.mean(axis=0)
+    rows -= shift
+    norms = np.einsum("ij,ij->i", rows, rows)[None, :]
+    return ShiftedTruths(rows=rows, index=index, shift=shift, norms=norms)
+
+
+def sqeuclidean_to_truths(
+    pred: npt.ArrayLike, truths: ShiftedTruths, *, overwrite_pred: bool = False
+) -> Float64Array:
+    """``D[i, j] = ||pred_i - truth_j||^2``, as :func:`distance_matrix` computes it.
+
+    Parameters
+    ----------
+    pred
+        ``n x features`` matrix of predictions.
+    truths
+        The truths, from :func:`shifted_truths`.
+    overwrite_pred
+        ``pred`` (a C-contiguous float64 array) may be overwritten.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(len(pred), n_truths)`` float64 matrix; identical rows of ``pred`` get
+        identical rows, bit for bit.
+
+    Raises
+    ------
+    ValueError
+        If the numbers of features differ.
+    DegenerateInput
+        If ``pred`` has non-finite values.
+
+    """
+    p = as_matrix(pred, "predictions")
+    if p.shape[1] != truths.rows.shape[1]:
+        raise ValueError(
+            f"predictions have {p.shape[1]} features but truths have {truths.rows.shape[1]}"
+        )
+    kept, index = _unique_rows(p)
+    if overwrite_pred and p.flags.writeable:
+        _gather_rows_in_place(p, kept)
+        rows = p[: kept.size]
+    else:
+        rows = p[kept]
+    rows -= truths.shift
+    d = rows @ truths.rows.T
+    d *= -2.0
+    d += np.einsum("ij,ij->i", rows, rows)[:, None]
+    d += truths.norms
+    unique: Float64Array = np.maximum(d, 0.0)
+    result: Float64Array = unique[np.ix_(index, truths.index)]
+    return result
+
+
 def distance_matrix(
     pred: npt.ArrayLike,
     truth: npt.ArrayLike,
     *,
     distance: Distance = "sqeuclidean",
     keep: npt.ArrayLike | None = None,
+    overwrite_pred: bool = False,
 ) -> Float64Array:
     """Distances ``D[i, j] = d(pred_i, truth_j)`` between all rows.
 
@@ -209,6 +360,9 @@ def distance_matrix(
         Optional 0/1 matrix shaped like ``pred``: row ``i`` of ``D`` is computed over
         the columns where ``keep[i]`` is 1 only (in both ``pred_i`` and every
         ``truth_j``).
+    overwrite_pred
+        ``pred`` (a C-contiguous float64 array) may be overwritten: its rows are then
+        reordered and shifted where they lie instead of in a copy. The values are the same.
 
     Returns
     -------
@@ -236,8 +390,14 @@ def distance_matrix(
         mask = np.asarray(keep, dtype=np.float64)
         if mask.shape != p.shape:
             raise ValueError(f"keep has shape {mask.shape}, predictions {p.shape}")
+    if distance == "l1":
+        # Each pair's own compiled sum, in a fixed order: identical rows get identical
+        # distances wherever they are, so there are no repeats to look for.
+        return _l1_distances(p, t, mask)
     # BLAS may round identical rows differently depending on their position; computing
     # each distinct row once makes ties between identical rows exact.
+    if distance == "sqeuclidean" and mask is None:
+        return sqeuclidean_to_truths(p, shifted_truths(t), overwrite_pred=overwrite_pred)
     kept_pred, pred_index = _unique_rows(p, mask)
     unique_pred = p[kept_pred]
     unique_mask = None if mask is None else mask[kept_pred]
@@ -343,7 +503,11 @@ def pds_from_distances(distances: npt.ArrayLike) -> Float64Array:
 
 
 def prediction_truth_distances(
-    gt: npt.ArrayLike, pred: npt.ArrayLike, distance: Distance = DEFAULT_DISTANCE
+    gt: npt.ArrayLike,
+    pred: npt.ArrayLike,
+    distance: Distance = DEFAULT_DISTANCE,
+    *,
+    overwrite_pred: bool = False,
 ) -> Float64Array:
     """``D[i, j] = d(pred_i, truth_j)`` of two stacks, as :func:`rank` computes it.
 
@@ -356,6 +520,8 @@ def prediction_truth_distances(
         ``n x features`` matrices; row ``i`` of both is perturbation ``i``.
     distance
         ``"sqeuclidean"`` (default), ``"l1"`` or ``"cosine"``; see :func:`distance_matrix`.
+    overwrite_pred
+        ``pred`` may be overwritten (see :func:`distance_matrix`).
 
     Returns
     -------
@@ -369,7 +535,7 @@ def prediction_truth_distances(
 
     """
     truth, prediction = _matrix_pair(gt, pred)
-    return distance_matrix(prediction, truth, distance=distance)
+    return distance_matrix(prediction, truth, distance=distance, overwrite_pred=overwrite_pred)
 
 
 def _matrix_pair(gt: npt.ArrayLike, pred: npt.ArrayLike) -> tuple[Float64Array, Float64Array]:
