@@ -138,20 +138,19 @@ def _unique_rows(
 def _distances_of_unique(
     pred: Float64Array, truth: Float64Array, keep: Float64Array | None, distance: str
 ) -> Float64Array:
-    """Distances between distinct rows; ``pred`` and ``truth`` may be overwritten."""
-    if distance == "sqeuclidean":
-        # A common shift leaves distances unchanged and shrinks the cancellation error
-        # of the expansion ||p||^2 + ||t||^2 - 2 p.t. The rows are the caller's own
-        # copies: shifted in place, not copied again.
+    """Distances between distinct rows; ``pred`` and ``truth`` may be overwritten.
+
+    Squared Euclidean distances without a mask go through :func:`shifted_truths`.
+    """
+    if distance == "sqeuclidean" and keep is not None:
+        # As in shifted_truths: a common shift; the rows are the caller's own copies,
+        # shifted in place, not copied again.
         shift = truth.mean(axis=0)
         pred -= shift
         truth -= shift
         p, t = pred, truth
-        if keep is not None:
-            p *= keep
-            truth_norms = keep @ (t * t).T
-        else:
-            truth_norms = np.einsum("ij,ij->i", t, t)[None, :]
+        p *= keep
+        truth_norms = keep @ (t * t).T
         d = p @ t.T
         d *= -2.0
         d += np.einsum("ij,ij->i", p, p)[:, None]
