@@ -202,11 +202,8 @@ class Context:
             perturbation's own cells.
 
         """
-        method = method or self.de_method
-        DE_METHODS.get(method)
-        _check_choice("reference", reference, REFERENCES)
-        _check_choice("half", half, HALVES)
-        key = (method, reference, half)
+        key = self._de_key(method, reference, half)
+        method = key[0]
         table = self._de_tables.get(key)
         compute = self._de if table is None else self._de_from_table
         return self._memo.get(("de", *key), lambda: compute(method, reference, half))
@@ -231,23 +228,35 @@ class Context:
             ``(n_conditions, n_genes)`` adjusted p-values.
 
         """
+        key = self._de_key(method, reference, half)
+        if self.de_origin(*key) is not None:
+            return self.de(*key).pvalue_adj
+        adjusted: np.ndarray = self._memo.get(
+            ("de_pvalue_adj", *key), lambda: self._tested(*key)[4]
+        )
+        return adjusted
+
+    def _de_key(self, method: str | None, reference: str, half: str) -> tuple[str, str, str]:
+        """The checked ``(method, reference, half)`` of a DE request."""
         method = method or self.de_method
         DE_METHODS.get(method)
         _check_choice("reference", reference, REFERENCES)
         _check_choice("half", half, HALVES)
-        if self.de_origin(method, reference, half) is not None:
-            return self.de(method, reference, half).pvalue_adj
-        return self._memo.get(
-            ("de_pvalue_adj", method, reference, half),
-            lambda: self._adjusted_pvalues(method, reference, half),
-        )
+        return method, reference, half
 
-    def _adjusted_pvalues(self, method: str, reference: str, half: str) -> np.ndarray:
+    def _tested(
+        self, method: str, reference: str, half: str
+    ) -> tuple[GroupStats, GroupStats, np.ndarray, np.ndarray | None, np.ndarray]:
+        """Target and reference statistics, test statistic, raw and adjusted p-values.
+
+        The Welch methods' raw p-values are adjusted in place and given as ``None``:
+        a t-test gives them again from the moments, bit for bit, when asked.
+        """
         target, ref = self._de_groups(reference, half)
-        _, pvalue = DE_METHODS.get(method).func(self, target, ref, reference, half)
-        # As in _de: the Welch methods' raw p-values are not kept, so adjusted in place.
-        adjusted: np.ndarray = adjust_pvalues(pvalue, overwrite=method in WELCH_METHODS)
-        return adjusted
+        statistic, pvalue = DE_METHODS.get(method).func(self, target, ref, reference, half)
+        if method in WELCH_METHODS:
+            return target, ref, statistic, None, adjust_pvalues(pvalue, overwrite=True)
+        return target, ref, statistic, pvalue, adjust_pvalues(pvalue)
 
     def de_origin(
         self, method: str | None = None, reference: str = "rest", half: str = "all"
@@ -311,16 +320,11 @@ class Context:
         )
 
     def _de(self, method: str, reference: str, half: str) -> DEResult:
-        target, ref = self._de_groups(reference, half)
-        statistic, pvalue = DE_METHODS.get(method).func(self, target, ref, reference, half)
-        if method in WELCH_METHODS:
-            # Raw p-values only serve tables written on request: a t-test gives them
-            # again from the cached moments, bit for bit, instead of holding them.
-            pvalue_adj = adjust_pvalues(pvalue, overwrite=True)
-            overestimate = method == "t-test_overestim_var"
-            pvalue = partial(welch_pvalues_between, target, ref, overestimate)
-        else:
-            pvalue_adj = adjust_pvalues(pvalue)
+        target, ref, statistic, raw, pvalue_adj = self._tested(method, reference, half)
+        # Raw p-values only serve tables written on request: a t-test gives them
+        # again from the cached moments instead of holding them.
+        overestimate = method == "t-test_overestim_var"
+        pvalue = partial(welch_pvalues_between, target, ref, overestimate) if raw is None else raw
         return DEResult(
             conditions=self.layout.conditions,
             genes=self.genes,

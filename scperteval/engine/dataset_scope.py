@@ -154,7 +154,7 @@ class _DistancesToTruth:
 
     def __call__(self, stack: Callable[[], np.ndarray], distance: Distance) -> np.ndarray:
         if distance != "sqeuclidean":
-            return prediction_truth_distances(self._truth, stack(), distance, overwrite_pred=True)
+            return prediction_truth_distances(self._truth, stack(), distance)
         if self._shifted is None:
             self._shifted = shifted_truths(self._truth, overwrite=True)
         return sqeuclidean_to_truths(stack(), self._shifted, overwrite_pred=True)

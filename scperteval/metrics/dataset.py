@@ -200,6 +200,20 @@ def _gather_rows_in_place(matrix: Float64Array, rows: npt.NDArray[np.intp]) -> N
             position = following
 
 
+def _distinct_rows(
+    matrix: Float64Array, overwrite: bool
+) -> tuple[Float64Array, npt.NDArray[np.intp]]:
+    """The distinct rows, and for every row the position of its distinct row.
+
+    The rows are a copy, or gathered in front of ``matrix`` if it may be overwritten.
+    """
+    kept, index = _unique_rows(matrix)
+    if overwrite and matrix.flags.writeable:
+        _gather_rows_in_place(matrix, kept)
+        return matrix[: kept.size], index
+    return matrix[kept], index
+
+
 def _l1_distances(
     pred: Float64Array, truth: Float64Array, keep: Float64Array | None
 ) -> Float64Array:
@@ -276,13 +290,7 @@ def shifted_truths(truth: npt.ArrayLike, *, overwrite: bool = False) -> ShiftedT
         If ``truth`` has non-finite values.
 
     """
-    matrix = as_matrix(truth, "truths")
-    kept, index = _unique_rows(matrix)
-    if overwrite and matrix.flags.writeable:
-        _gather_rows_in_place(matrix, kept)
-        rows = matrix[: kept.size]
-    else:
-        rows = matrix[kept]
+    rows, index = _distinct_rows(as_matrix(truth, "truths"), overwrite)
     shift = rows.mean(axis=0)
     rows -= shift
     norms = np.einsum("ij,ij->i", rows, rows)[None, :]
@@ -322,12 +330,7 @@ def sqeuclidean_to_truths(
         raise ValueError(
             f"predictions have {p.shape[1]} features but truths have {truths.rows.shape[1]}"
         )
-    kept, index = _unique_rows(p)
-    if overwrite_pred and p.flags.writeable:
-        _gather_rows_in_place(p, kept)
-        rows = p[: kept.size]
-    else:
-        rows = p[kept]
+    rows, index = _distinct_rows(p, overwrite_pred)
     rows -= truths.shift
     d = rows @ truths.rows.T
     d *= -2.0
@@ -344,7 +347,6 @@ def distance_matrix(
     *,
     distance: Distance = "sqeuclidean",
     keep: npt.ArrayLike | None = None,
-    overwrite_pred: bool = False,
 ) -> Float64Array:
     """Distances ``D[i, j] = d(pred_i, truth_j)`` between all rows.
 
@@ -359,9 +361,6 @@ def distance_matrix(
         Optional 0/1 matrix shaped like ``pred``: row ``i`` of ``D`` is computed over
         the columns where ``keep[i]`` is 1 only (in both ``pred_i`` and every
         ``truth_j``).
-    overwrite_pred
-        ``pred`` (a C-contiguous float64 array) may be overwritten: its rows are then
-        reordered and shifted where they lie instead of in a copy. The values are the same.
 
     Returns
     -------
@@ -396,7 +395,7 @@ def distance_matrix(
     # BLAS may round identical rows differently depending on their position; computing
     # each distinct row once makes ties between identical rows exact.
     if distance == "sqeuclidean" and mask is None:
-        return sqeuclidean_to_truths(p, shifted_truths(t), overwrite_pred=overwrite_pred)
+        return sqeuclidean_to_truths(p, shifted_truths(t))
     kept_pred, pred_index = _unique_rows(p, mask)
     unique_pred = p[kept_pred]
     unique_mask = None if mask is None else mask[kept_pred]
@@ -502,11 +501,7 @@ def pds_from_distances(distances: npt.ArrayLike) -> Float64Array:
 
 
 def prediction_truth_distances(
-    gt: npt.ArrayLike,
-    pred: npt.ArrayLike,
-    distance: Distance = DEFAULT_DISTANCE,
-    *,
-    overwrite_pred: bool = False,
+    gt: npt.ArrayLike, pred: npt.ArrayLike, distance: Distance = DEFAULT_DISTANCE
 ) -> Float64Array:
     """``D[i, j] = d(pred_i, truth_j)`` of two stacks, as :func:`rank` computes it.
 
@@ -519,8 +514,6 @@ def prediction_truth_distances(
         ``n x features`` matrices; row ``i`` of both is perturbation ``i``.
     distance
         ``"sqeuclidean"`` (default), ``"l1"`` or ``"cosine"``; see :func:`distance_matrix`.
-    overwrite_pred
-        ``pred`` may be overwritten (see :func:`distance_matrix`).
 
     Returns
     -------
@@ -534,7 +527,7 @@ def prediction_truth_distances(
 
     """
     truth, prediction = _matrix_pair(gt, pred)
-    return distance_matrix(prediction, truth, distance=distance, overwrite_pred=overwrite_pred)
+    return distance_matrix(prediction, truth, distance=distance)
 
 
 def _matrix_pair(gt: npt.ArrayLike, pred: npt.ArrayLike) -> tuple[Float64Array, Float64Array]:
