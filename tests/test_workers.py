@@ -188,11 +188,17 @@ def test_tasks_wait_while_a_fit_builds_its_gram_matrix_on_every_core(monkeypatch
 
     import scperteval
     from scperteval.engine import dispatch, pca
+    from scperteval.kernels import threads
 
     adata = scperteval.simulate(n_perturbations=12, n_genes=60, cells_per_perturbation=30, seed=5)
+    protocols = "pearson_delta_ctrl,mse,cosine_delta_ctrl,rank_pca"
     # The Gram route and parallel tiles even for this small sample and on one core.
     monkeypatch.setattr(pca, "SMALL_SIDE", 10)
     monkeypatch.setattr(pca, "kernel_threads", lambda: 2)
+    monkeypatch.setattr(threads, "kernel_threads", lambda: 2)
+    # Compiled kernels loaded first: on a cold cache the fit would compile them for
+    # seconds before its Gram matrix, and every task could finish meanwhile.
+    scperteval.calibrate(adata, protocols, workers=2)
     task_starts = []
     real_wait = dispatch.wait_for_cores
 
@@ -211,7 +217,6 @@ def test_tasks_wait_while_a_fit_builds_its_gram_matrix_on_every_core(monkeypatch
 
     monkeypatch.setattr(dispatch, "wait_for_cores", noted_wait)
     monkeypatch.setattr(pca, "_add_outer_products", slow_add)
-    protocols = "pearson_delta_ctrl,mse,cosine_delta_ctrl,rank_pca"
     found = scperteval.calibrate(adata, protocols, workers=2).results
     assert windows and np.isfinite(found["value"]).mean() > 0.9
     # A task that passed its wait just before the claim may note it a moment late.
