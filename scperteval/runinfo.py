@@ -20,10 +20,27 @@ import numpy as np
 
 from scperteval._version import __version__
 
+#: Hashes begun ahead of a run, by file (resolved path, size, modification time).
+_UNCLAIMED: dict[tuple[str, int, int], PendingChecksum] = {}
+_UNCLAIMED_LOCK = threading.Lock()
+
 #: The largest nice value: the lowest priority a Linux thread can have.
 _LOWEST_PRIORITY = 19
 
-__all__ = ["Timer", "file_checksum", "write_atomic", "write_run_json", "dataset_checksum"]
+__all__ = [
+    "ChecksumCancelled",
+    "PendingChecksum",
+    "Timer",
+    "begin_input_checksum",
+    "cancel_unclaimed_checksums",
+    "dataset_checksum",
+    "file_checksum",
+    "start_dataset_checksum",
+    "start_file_checksum",
+    "start_input_checksum",
+    "write_atomic",
+    "write_run_json",
+]
 
 
 class Timer:
@@ -42,13 +59,39 @@ class Timer:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
 
-def file_checksum(path: str | os.PathLike[str], chunk_bytes: int = 1 << 22) -> str:
-    """MD5 of a file's bytes, read in chunks."""
+def file_checksum(
+    path: str | os.PathLike[str],
+    chunk_bytes: int = 1 << 22,
+    stop: threading.Event | None = None,
+) -> str:
+    """MD5 of a file's bytes, read in chunks.
+
+    Parameters
+    ----------
+    path
+        The file.
+    chunk_bytes
+        Bytes read and hashed at a time.
+    stop
+        When set, hashing ends at the next chunk with :class:`ChecksumCancelled`.
+
+    Returns
+    -------
+    str
+        The hexadecimal digest.
+
+    """
     digest = hashlib.md5(usedforsecurity=False)
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(chunk_bytes), b""):
+            if stop is not None and stop.is_set():
+                raise ChecksumCancelled(f"checksum of {path} cancelled")
             digest.update(chunk)
     return digest.hexdigest()
+
+
+class ChecksumCancelled(RuntimeError):
+    """A background checksum was cancelled before it finished."""
 
 
 def dataset_checksum(dataset: Any) -> str:
@@ -67,37 +110,155 @@ def dataset_checksum(dataset: Any) -> str:
     return "md5-memory:" + digest.hexdigest()
 
 
-def start_dataset_checksum(dataset: Any) -> Callable[[], str]:
-    """Begin :func:`dataset_checksum`; the returned function waits for its value.
+class PendingChecksum:
+    """The checksum of a run's input, computed in the background or on demand.
 
-    A file is hashed in a background thread (hashing releases the GIL), so that
-    reading a large file a second time overlaps with the computation instead of
-    adding to it. On Linux the thread has the lowest priority: it runs when a core
-    would otherwise idle (a 900 MB file takes a core for one to two seconds) and does
-    not slow the evaluation. Data in memory is hashed when the value is asked for.
+    Call it for the value (waiting if need be; an error of the hash is raised
+    then). :meth:`cancel` stops a file's hash at its next chunk, for a run that
+    ends before it needs the value.
+    """
+
+    def __init__(self, value: Callable[[], str], stop: threading.Event | None = None) -> None:
+        self._value = value
+        self._stop = stop
+        self.path: Path | None = None
+
+    def __call__(self) -> str:
+        """The checksum, once computed."""
+        return self._value()
+
+    def cancel(self) -> None:
+        """Stop a background hash; its value can no longer be asked for."""
+        if self._stop is not None:
+            self._stop.set()
+
+
+def start_file_checksum(path: str | os.PathLike[str]) -> PendingChecksum:
+    """Begin the MD5 of a file in a background thread of the lowest priority.
+
+    Hashing releases the GIL: started before the file is read, the hash runs on
+    the core that reading and importing leave idle (a 900 MB file takes a core
+    for one to two seconds) instead of competing with the evaluation later. On
+    Linux the thread has the lowest priority, so that whatever it still has to do
+    when the evaluation starts runs only on idle cycles.
+
+    Parameters
+    ----------
+    path
+        The input file.
+
+    Returns
+    -------
+    PendingChecksum
+        Its value is ``"md5:" + file_checksum(path)``; :attr:`PendingChecksum.path`
+        is the path hashed.
+
+    """
+    stop = threading.Event()
+    pool = cf.ThreadPoolExecutor(1, thread_name_prefix="scperteval-checksum")
+    future = pool.submit(_background_file_checksum, path, stop)
+    pool.shutdown(wait=False)
+    pending = PendingChecksum(future.result, stop)
+    pending.path = Path(path)
+    return pending
+
+
+def start_dataset_checksum(dataset: Any, started: PendingChecksum | None = None) -> PendingChecksum:
+    """Begin :func:`dataset_checksum`; the returned object gives its value when called.
+
+    A file is hashed in a background thread (:func:`start_file_checksum`). Data in
+    memory is hashed when the value is asked for.
 
     Parameters
     ----------
     dataset
         A :class:`~scperteval.data.dataset.Dataset`.
+    started
+        A hash begun before the dataset was opened: used when it is of the
+        dataset's file, cancelled otherwise.
 
     Returns
     -------
-    callable
-        Without arguments, returns the checksum (re-raising any error of the hash).
+    PendingChecksum
+        Called without arguments, returns the checksum.
 
     """
+    if started is not None:
+        if dataset.path is not None and started.path == dataset.path:
+            return started
+        started.cancel()
     if dataset.path is None:
-        return lambda: dataset_checksum(dataset)
-    pool = cf.ThreadPoolExecutor(1, thread_name_prefix="scperteval-checksum")
-    future = pool.submit(_background_checksum, dataset)
-    pool.shutdown(wait=False)
-    return future.result
+        return PendingChecksum(lambda: dataset_checksum(dataset))
+    return start_file_checksum(dataset.path)
 
 
-def _background_checksum(dataset: Any) -> str:
+def start_input_checksum(data: Any) -> PendingChecksum | None:
+    """The background hash of ``data`` when it is a file path; else ``None``.
+
+    A hash of the same unchanged file begun earlier in the process (the program
+    begins it before its imports) and not yet claimed is handed over instead of
+    starting another.
+
+    Parameters
+    ----------
+    data
+        What a run was given as its dataset: a path or an object in memory.
+
+    Returns
+    -------
+    PendingChecksum or None
+        Hand it to :func:`start_dataset_checksum` once the dataset is open, or
+        cancel it if opening fails.
+
+    """
+    if not isinstance(data, (str, os.PathLike)):
+        return None
+    try:
+        key = os.path.realpath(data)
+        status = os.stat(key)
+    except (OSError, ValueError):
+        return None
+    if not os.path.isfile(key):
+        return None
+    identity = (key, status.st_size, status.st_mtime_ns)
+    with _UNCLAIMED_LOCK:
+        pending = _UNCLAIMED.pop(identity, None)
+    return pending or start_file_checksum(data)
+
+
+def begin_input_checksum(data: Any) -> None:
+    """Begin :func:`start_input_checksum` of ``data`` now, for a run that claims it later.
+
+    Parameters
+    ----------
+    data
+        The dataset a run will be given.
+
+    """
+    pending = start_input_checksum(data)
+    if pending is None:
+        return
+    status = os.stat(os.path.realpath(data))
+    identity = (os.path.realpath(data), status.st_size, status.st_mtime_ns)
+    with _UNCLAIMED_LOCK:
+        previous = _UNCLAIMED.pop(identity, None)
+        _UNCLAIMED[identity] = pending
+    if previous is not None:
+        previous.cancel()
+
+
+def cancel_unclaimed_checksums() -> None:
+    """Cancel the hashes begun by :func:`begin_input_checksum` that no run claimed."""
+    with _UNCLAIMED_LOCK:
+        pending = list(_UNCLAIMED.values())
+        _UNCLAIMED.clear()
+    for checksum in pending:
+        checksum.cancel()
+
+
+def _background_file_checksum(path: str | os.PathLike[str], stop: threading.Event) -> str:
     _lower_thread_priority()  # the pool's only thread, made for this checksum
-    return dataset_checksum(dataset)
+    return "md5:" + file_checksum(path, stop=stop)
 
 
 def _lower_thread_priority() -> bool:

@@ -193,6 +193,51 @@ def test_band_eigenvalues_are_scipys_bit_for_bit(order, width):
     np.testing.assert_array_equal(band, kept)
 
 
+def _random_band(order, width, seed):
+    rng = np.random.default_rng(seed)
+    symmetric = rng.standard_normal((order, order))
+    symmetric += symmetric.T
+    band = np.zeros((width + 1, order))
+    for offset in range(min(width, order - 1) + 1):
+        band[offset, : order - offset] = np.diagonal(symmetric, -offset)
+    full = np.zeros((order, order))
+    for offset in range(min(width, order - 1) + 1):
+        diagonal = band[offset, : order - offset]
+        full += np.diag(diagonal, -offset)
+        if offset:
+            full += np.diag(diagonal, offset)
+    return band, full
+
+
+@pytest.mark.parametrize(("order", "width"), [(1, 0), (3, 2), (40, 5), (300, 64), (700, 48)])
+def test_two_stage_band_eigenvalues_equal_the_full_matrix_ones(order, width):
+    from scperteval.kernels.lapack import band_eigenvalues, has_two_stage_band_eigenvalues
+
+    band, full = _random_band(order, width, seed=order)
+    kept = band.copy()
+    every = np.linalg.eigvalsh(full)
+    scale = np.abs(full).sum(axis=0).max()
+    for first, last in {(0, order - 1), (order - 1, order - 1), (max(0, order - 7), order - 1)}:
+        found = band_eigenvalues(band, first, last, two_stage=True)
+        one_stage = band_eigenvalues(band, first, last)
+        np.testing.assert_allclose(found, every[first : last + 1], rtol=0, atol=20 * EPS * scale)
+        if not has_two_stage_band_eigenvalues():
+            np.testing.assert_array_equal(found, one_stage)
+    np.testing.assert_array_equal(band, kept)
+
+
+def test_two_stage_band_eigenvalues_fall_back_to_one_stage(monkeypatch):
+    from scperteval.kernels import lapack
+
+    band, _ = _random_band(120, 16, seed=4)
+    monkeypatch.setattr(lapack, "_two_stage_routine", lambda: None)
+    assert not lapack.has_two_stage_band_eigenvalues()
+    np.testing.assert_array_equal(
+        lapack.band_eigenvalues(band, 100, 119, two_stage=True),
+        lapack.band_eigenvalues(band, 100, 119),
+    )
+
+
 def test_band_eigenvalues_refuse_bad_ranges():
     from scperteval.kernels.lapack import band_eigenvalues
 

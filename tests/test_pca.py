@@ -156,3 +156,21 @@ def test_csr_rows_written_densely_equal_scipys_float64_dense_rows(dtype):
     block = big.astype(dtype)[100:220]
     expected = pca._dense_rows(block.tocsc(), 0, 120, np.zeros(80))  # scipy's route
     np.testing.assert_array_equal(pca._dense_rows(block, 0, 120, np.zeros(80)), expected)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_csr_rows_written_into_a_reused_buffer_on_threads_equal_scipys(monkeypatch, threads):
+    from scperteval.kernels import threads as kernel_thread_module
+
+    monkeypatch.setattr(pca, "kernel_threads", lambda: threads)
+    monkeypatch.setattr(kernel_thread_module, "kernel_threads", lambda: threads)
+    rng = np.random.default_rng(7)
+    matrix = sp.random(250, 40, density=0.3, random_state=3, format="csr", dtype=np.float32)
+    offset = rng.normal(size=40)
+    buffer = np.full((100, 40), np.nan)  # garbage from an earlier block
+    for start in range(0, 250, 100):
+        stop = min(start + 100, 250)
+        expected = matrix[start:stop].astype(np.float64).toarray() - offset
+        found = pca._dense_rows(matrix, start, stop, offset, buffer)
+        assert np.shares_memory(found, buffer)
+        np.testing.assert_array_equal(found, expected)

@@ -108,8 +108,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         # they finish; the output was staged and is already removed.
         os._exit(INTERRUPTED)
     finally:
+        _drop_read_ahead()
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _drop_read_ahead() -> None:
+    """Stop reading and hashing an input no run took (a run refused before it loaded)."""
+    from scperteval.data.prefetch import discard_prefetches
+    from scperteval.runinfo import cancel_unclaimed_checksums
+
+    discard_prefetches()
+    cancel_unclaimed_checksums()
 
 
 #: Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).

@@ -16,6 +16,7 @@ from scperteval.cli._options import (
     dataset_kwargs,
     left_out_line,
     population_cap_line,
+    read_ahead,
 )
 
 
@@ -70,6 +71,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``scperteval calibrate``."""
+    read_ahead(args, checksum=True)
     from scperteval.engine.calibrators import Thresholds
     from scperteval.errors import SpecError
     from scperteval.workflows.calibrate import calibrate

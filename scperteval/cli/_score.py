@@ -16,6 +16,7 @@ from scperteval.cli._options import (
     dataset_kwargs,
     left_out_line,
     population_cap_line,
+    read_ahead,
 )
 
 
@@ -167,10 +168,12 @@ def _print(result: Any, out: Path) -> None:
 def run_score(args: argparse.Namespace) -> int:
     """Run ``scperteval score``."""
     from scperteval.errors import SpecError
-    from scperteval.workflows.score import score
 
     if not args.pred:
         raise SpecError("give at least one model with --pred NAME=PATH (or a folder)")
+    read_ahead(args, checksum=True)
+    from scperteval.workflows.score import score
+
     with cluster_client(args.scheduler) as client:
         result = score(
             args.data,

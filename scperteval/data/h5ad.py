@@ -23,6 +23,7 @@ from scperteval.data.h5ad_elements import (
     read_dataframe,
     read_matrix,
 )
+from scperteval.data.prefetch import discard_prefetch, take_prefetched
 from scperteval.data.stored import StoredAnnData, StoredLayers
 
 __all__ = [
@@ -143,10 +144,13 @@ def read_stored(path: str | os.PathLike[str]) -> StoredAnnData:
             if "X" in handle:
                 if matrix_shape(handle["X"]) != shape:
                     raise UnsupportedEncoding(f"{path}: X does not match obs and var")
-                X = read_matrix(handle["X"])
+                X = read_matrix(handle["X"], take_prefetched(path))
         except (KeyError, TypeError, ValueError) as exc:
             # Malformed in a way anndata may read or may explain better: let it decide.
             raise UnsupportedEncoding(f"{path}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            # Arrays read ahead but not taken (the file failed a check) are let go.
+            discard_prefetch(path)
     layers = StoredLayers(path, names, shape)
     return StoredAnnData(obs, var, X, layers, source=path)
 

@@ -20,6 +20,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scperteval.data.h5ad import StoredAnnData, is_annotated_data, read_h5ad
+from scperteval.data.memory import available_memory, reads_into_memory
 from scperteval.data.ondisk import DiskCSR, open_h5ad, read_rows
 from scperteval.errors import DatasetError
 
@@ -71,10 +72,8 @@ def open_data(data: Any, backed: bool | str) -> tuple[Any, dict[str | None, Any]
         raise DatasetError(f"{path}: file not found")
     if backed not in (True, False, "auto"):
         raise DatasetError(f"backed must be True, False or 'auto', got {backed!r}")
-    if backed == "auto":
-        backed = path.stat().st_size > available_memory() / 3
     try:
-        if backed:
+        if not reads_into_memory(path.stat().st_size, backed):
             return open_h5ad(path)
         return read_h5ad(path), None
     except Exception as exc:  # noqa: BLE001 - any reader failure means unreadable input
@@ -103,16 +102,6 @@ def matrix_only(adata: Any, layer: str | None) -> StoredAnnData:
     if layer is None:
         return StoredAnnData(obs, var, X=adata.X)
     return StoredAnnData(obs, var, layers={layer: adata.layers[layer]})
-
-
-def available_memory() -> float:
-    """Memory available to this process now, in bytes."""
-    try:
-        import psutil
-
-        return float(psutil.virtual_memory().available)
-    except ImportError:
-        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
 
 
 def csr_row_view(matrix: sp.csr_matrix, start: int, stop: int) -> sp.csr_matrix:

@@ -103,16 +103,33 @@ def _whole(sample: Any) -> Any:
     return sample[0 : sample.shape[0]] if isinstance(sample, SampleRows) else sample
 
 
-def _dense_rows(sample: Any, start: int, stop: int, offset: np.ndarray) -> np.ndarray:
+def _dense_rows(
+    sample: Any, start: int, stop: int, offset: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
+    """Rows ``start:stop`` of the sample, dense in float64, minus ``offset``.
+
+    CSR rows are written into ``out`` (its first rows) when it is given, so that a
+    loop over blocks reuses one buffer, and split over the kernel threads.
+    """
     block = sample[start:stop]
     # Densified in float64 at once: no dense copy in the data's own dtype first,
     # and for CSR rows no float64 copy of the sparse block either.
     if sp.issparse(block) and block.format == "csr":
         from scperteval.kernels.sparse_rows import add_csr_rows
 
-        dense = np.zeros(block.shape)
-        add_csr_rows(block.indptr, block.indices, block.data, dense)
-    elif sp.issparse(block):
+        n_rows = block.shape[0]
+        dense = np.empty(block.shape) if out is None else out[:n_rows]
+        indptr, indices, data = block.indptr, block.indices, block.data
+
+        def fill(first: int, last: int) -> None:
+            rows = dense[first:last]
+            rows.fill(0.0)
+            add_csr_rows(indptr[first : last + 1], indices, data, rows)
+            rows -= offset
+
+        run_ranges(fill, even_bounds(n_rows, kernel_threads()))
+        return dense
+    if sp.issparse(block):
         dense = block.astype(np.float64).toarray()
     else:
         dense = np.array(block, dtype=np.float64)
@@ -191,9 +208,10 @@ def _gene_gram_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray | Non
     n_cells, n_genes = sample.shape
     gram = _lower_half_matrix(n_genes)
     rows = _dense_block_rows(n_genes)
+    buffer = np.empty((min(rows, n_cells), n_genes))
     with claim_cores_when_parallel():
         for start in range(0, n_cells, rows):
-            block = _dense_rows(sample, start, min(start + rows, n_cells), offset)
+            block = _dense_rows(sample, start, min(start + rows, n_cells), offset, buffer)
             _add_outer_products(gram, block.T, transposed=False)
     top = _top_eigenvectors(gram, k)
     return None if top is None else np.ascontiguousarray(top[1])

@@ -20,7 +20,13 @@ from scperteval.engine.population_cap import (
 )
 from scperteval.engine.suites import resolve_protocols
 from scperteval.outputs import staged_output
-from scperteval.runinfo import Timer, start_dataset_checksum, write_atomic, write_run_json
+from scperteval.runinfo import (
+    Timer,
+    start_dataset_checksum,
+    start_input_checksum,
+    write_atomic,
+    write_run_json,
+)
 from scperteval.workflows.steps import (
     build_engine,
     check_calibratable,
@@ -207,11 +213,18 @@ def calibrate(
     )
     cap = check_max_population_cells(max_population_cells)
     chosen = resolve_protocols(protocols)
-    with timer.step("load"):
-        dataset = load_dataset(data, **dataset_options)
-    check_calibratable(dataset)
-    # Only a run written to a folder records the checksum.
-    checksum = start_dataset_checksum(dataset) if out is not None else None
+    # Only a run written to a folder records the checksum. A file is hashed while
+    # it is read, on the core that reading leaves idle.
+    early_checksum = start_input_checksum(data) if out is not None else None
+    try:
+        with timer.step("load"):
+            dataset = load_dataset(data, **dataset_options)
+        check_calibratable(dataset)
+    except BaseException:
+        if early_checksum is not None:
+            early_checksum.cancel()
+        raise
+    checksum = start_dataset_checksum(dataset, early_checksum) if out is not None else None
     engine = build_engine(
         dataset,
         seed=seed,

@@ -18,7 +18,7 @@ from scperteval.engine.population_cap import (
 from scperteval.engine.suites import resolve_protocols
 from scperteval.errors import DatasetError, SpecError
 from scperteval.outputs import staged_output
-from scperteval.runinfo import Timer, start_dataset_checksum
+from scperteval.runinfo import Timer, start_dataset_checksum, start_input_checksum
 from scperteval.scoring.baselines import BASELINES, CELL_EVAL_MEAN, baseline_candidates
 from scperteval.scoring.derive import derive
 from scperteval.scoring.flags import prediction_flags
@@ -194,11 +194,18 @@ def score(
         raise SpecError("give at least one model to score (predictions={'name': ...})")
     chosen = resolve_protocols(protocols)
     baseline_names = _baseline_names(baselines, truth, has_challenge_terms(chosen))
-    with timer.step("load"):
-        dataset = load_dataset(data, **dataset_options)
-    if truth == "half":
-        check_calibratable(dataset)
-    checksum = start_dataset_checksum(dataset)
+    # A file is hashed while it is read, on the core that reading leaves idle.
+    early_checksum = start_input_checksum(data)
+    try:
+        with timer.step("load"):
+            dataset = load_dataset(data, **dataset_options)
+        if truth == "half":
+            check_calibratable(dataset)
+    except BaseException:
+        if early_checksum is not None:
+            early_checksum.cancel()
+        raise
+    checksum = start_dataset_checksum(dataset, early_checksum)
     engine = build_engine(
         dataset,
         seed=seed,
