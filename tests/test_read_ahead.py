@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from scperteval import runinfo
 from scperteval.cli import main
 from scperteval.data import prefetch
 from scperteval.data.h5ad import read_stored
@@ -22,15 +21,16 @@ from scperteval.data.prefetch import (
     start_prefetch,
     take_prefetched,
 )
+from scperteval.runinfo import checksums
 
 
 @pytest.fixture(autouse=True)
 def _nothing_left_behind():
     yield
     discard_prefetches()
-    runinfo.cancel_unclaimed_checksums()
+    checksums.cancel_unclaimed_checksums()
     assert not prefetch._PENDING
-    assert not runinfo._UNCLAIMED
+    assert not checksums._UNCLAIMED
 
 
 @pytest.fixture(scope="module")
@@ -185,15 +185,15 @@ def test_slices_stop_at_the_next_read_once_stopped():
 
 def test_a_checksum_begun_ahead_is_the_one_the_run_records(tmp_path):
     path = _write(tmp_path / "x.h5ad", MATRICES["csr float32"]())
-    runinfo.begin_input_checksum(str(path))
-    begun = next(iter(runinfo._UNCLAIMED.values()))
-    claimed = runinfo.start_input_checksum(path)
+    checksums.begin_input_checksum(str(path))
+    begun = next(iter(checksums._UNCLAIMED.values()))
+    claimed = checksums.start_input_checksum(path)
     assert claimed is begun
-    assert not runinfo._UNCLAIMED
+    assert not checksums._UNCLAIMED
     assert claimed() == "md5:" + hashlib.md5(path.read_bytes()).hexdigest()
     # Nothing to claim for data in memory; a new hash once the first is claimed.
-    assert runinfo.start_input_checksum(ad.read_h5ad(path)) is None
-    again = runinfo.start_input_checksum(path)
+    assert checksums.start_input_checksum(ad.read_h5ad(path)) is None
+    again = checksums.start_input_checksum(path)
     assert again is not begun and again() == claimed()
 
 
@@ -202,8 +202,8 @@ def test_a_cancelled_checksum_raises_instead_of_a_wrong_value(tmp_path):
     path.write_bytes(bytes(range(256)) * 100)
     stop = threading.Event()
     stop.set()
-    with pytest.raises(runinfo.ChecksumCancelled):
-        runinfo.file_checksum(path, chunk_bytes=100, stop=stop)
+    with pytest.raises(checksums.ChecksumCancelled):
+        checksums.file_checksum(path, chunk_bytes=100, stop=stop)
 
 
 def test_a_hash_of_another_file_is_not_used(tmp_path, simulated_path):
@@ -211,9 +211,9 @@ def test_a_hash_of_another_file_is_not_used(tmp_path, simulated_path):
 
     first = _write(tmp_path / "a.h5ad", MATRICES["csr float32"]())
     second = simulated_path
-    begun = runinfo.start_input_checksum(first)
+    begun = checksums.start_input_checksum(first)
     dataset = Dataset(str(second), covariate_key="cell_line")
-    pending = runinfo.start_dataset_checksum(dataset, begun)
+    pending = checksums.start_dataset_checksum(dataset, begun)
     assert pending is not begun
     assert pending() == "md5:" + hashlib.md5(second.read_bytes()).hexdigest()
     # The other hash was told to stop (a small file may have been hashed already).
@@ -227,7 +227,7 @@ def test_a_refused_run_leaves_no_read_or_hash_behind(simulated_path, tmp_path, c
     assert code == 2
     assert "no_such_protocol" in capsys.readouterr().err
     assert not prefetch._PENDING
-    assert not runinfo._UNCLAIMED
+    assert not checksums._UNCLAIMED
     assert not any(t.name.startswith("scperteval-prefetch") for t in threading.enumerate())
 
 
@@ -240,4 +240,4 @@ def test_a_run_from_the_command_line_records_the_files_md5(simulated_path, tmp_p
     recorded = json.loads((out / "run.json").read_text())["input_checksum"]
     assert recorded == "md5:" + hashlib.md5(simulated_path.read_bytes()).hexdigest()
     assert not prefetch._PENDING
-    assert not runinfo._UNCLAIMED
+    assert not checksums._UNCLAIMED

@@ -116,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _drop_read_ahead() -> None:
     """Stop reading and hashing an input no run took (a run refused before it loaded)."""
     from scperteval.data.prefetch import discard_prefetches
-    from scperteval.runinfo import cancel_unclaimed_checksums
+    from scperteval.runinfo.checksums import cancel_unclaimed_checksums
 
     discard_prefetches()
     cancel_unclaimed_checksums()

@@ -79,7 +79,7 @@ def read_ahead(args: argparse.Namespace, checksum: bool) -> None:
     """Begin reading (and hashing) the dataset file while the program imports the rest.
 
     The run then takes what was read (:mod:`scperteval.data.prefetch`) and the
-    hash (:func:`scperteval.runinfo.start_input_checksum`); :func:`scperteval.cli.main`
+    hash (:func:`scperteval.runinfo.checksums.start_input_checksum`); :func:`scperteval.cli.main`
     drops whatever no run took.
 
     Parameters
@@ -96,7 +96,7 @@ def read_ahead(args: argparse.Namespace, checksum: bool) -> None:
 
     start_prefetch(args.data, args.backed)
     if checksum:
-        from scperteval.runinfo import begin_input_checksum
+        from scperteval.runinfo.checksums import begin_input_checksum
 
         begin_input_checksum(args.data)
 

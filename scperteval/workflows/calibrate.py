@@ -20,13 +20,8 @@ from scperteval.engine.population_cap import (
 )
 from scperteval.engine.suites import resolve_protocols
 from scperteval.outputs import staged_output
-from scperteval.runinfo import (
-    Timer,
-    start_dataset_checksum,
-    start_input_checksum,
-    write_atomic,
-    write_run_json,
-)
+from scperteval.runinfo import Timer, write_atomic, write_run_json
+from scperteval.runinfo.checksums import start_dataset_checksum, start_input_checksum
 from scperteval.workflows.steps import (
     build_engine,
     check_calibratable,

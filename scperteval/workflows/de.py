@@ -12,7 +12,8 @@ from scperteval.context import Context
 from scperteval.data.load import DatasetOptions, load_dataset
 from scperteval.outputs import staged_output
 from scperteval.progress import cell_progress, progress_bar
-from scperteval.runinfo import Timer, dataset_checksum, write_atomic, write_run_json
+from scperteval.runinfo import Timer, write_atomic, write_run_json
+from scperteval.runinfo.checksums import dataset_checksum
 from scperteval.workflows.steps import check_run_options
 
 __all__ = ["de"]

@@ -18,7 +18,8 @@ from scperteval.engine.population_cap import (
 from scperteval.engine.suites import resolve_protocols
 from scperteval.errors import DatasetError, SpecError
 from scperteval.outputs import staged_output
-from scperteval.runinfo import Timer, start_dataset_checksum, start_input_checksum
+from scperteval.runinfo import Timer
+from scperteval.runinfo.checksums import start_dataset_checksum, start_input_checksum
 from scperteval.scoring.baselines import BASELINES, CELL_EVAL_MEAN, baseline_candidates
 from scperteval.scoring.derive import derive
 from scperteval.scoring.flags import prediction_flags

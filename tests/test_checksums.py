@@ -1,11 +1,11 @@
-"""Checksums recorded in run.json."""
+"""Checksums of the input recorded in run.json."""
 
 from __future__ import annotations
 
 import hashlib
 
 from scperteval.data.dataset import Dataset
-from scperteval.runinfo import dataset_checksum, file_checksum, start_dataset_checksum
+from scperteval.runinfo.checksums import dataset_checksum, file_checksum, start_dataset_checksum
 from scperteval.simulation import simulate
 
 
@@ -33,7 +33,7 @@ def test_lower_thread_priority_affects_the_calling_thread_only():
     import sys
     import threading
 
-    from scperteval.runinfo import _lower_thread_priority as lower_thread_priority
+    from scperteval.runinfo.checksums import _lower_thread_priority as lower_thread_priority
 
     def nice_of(thread_id):
         return os.getpriority(os.PRIO_PROCESS, thread_id)

@@ -1,36 +1,29 @@
-"""Run records: input checksums, options, timings, atomic output files."""
+"""Checksums of a run's input, computed beside the run.
+
+``run.json`` records the MD5 of the input file (``"md5:..."``), or of the values
+of data given in memory (``"md5-memory:..."``), so that runs on the same data can
+be told apart from runs on different data. A file is hashed in a background
+thread at the lowest priority: hashing releases the interpreter lock, and the
+program begins it before its own imports (:func:`begin_input_checksum`), so that
+it runs on the core that importing and reading leave idle.
+"""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
-import json
 import os
-import platform
 import sys
-import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from scperteval._version import __version__
-
-#: Hashes begun ahead of a run, by file (resolved path, size, modification time).
-_UNCLAIMED: dict[tuple[str, int, int], PendingChecksum] = {}
-_UNCLAIMED_LOCK = threading.Lock()
-
-#: The largest nice value: the lowest priority a Linux thread can have.
-_LOWEST_PRIORITY = 19
-
 __all__ = [
     "ChecksumCancelled",
     "PendingChecksum",
-    "Timer",
     "begin_input_checksum",
     "cancel_unclaimed_checksums",
     "dataset_checksum",
@@ -38,25 +31,10 @@ __all__ = [
     "start_dataset_checksum",
     "start_file_checksum",
     "start_input_checksum",
-    "write_atomic",
-    "write_run_json",
 ]
 
-
-class Timer:
-    """Named wall-clock timings of the steps of a run."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    @contextmanager
-    def step(self, name: str) -> Iterator[None]:
-        """Time the enclosed block under ``name`` (accumulating repeats)."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+#: The largest nice value: the lowest priority a Linux thread can have.
+_LOWEST_PRIORITY = 19
 
 
 def file_checksum(
@@ -118,10 +96,16 @@ class PendingChecksum:
     ends before it needs the value.
     """
 
-    def __init__(self, value: Callable[[], str], stop: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        value: Callable[[], str],
+        stop: threading.Event | None = None,
+        path: Path | None = None,
+    ) -> None:
         self._value = value
         self._stop = stop
-        self.path: Path | None = None
+        #: The file hashed in the background, if any.
+        self.path = path
 
     def __call__(self) -> str:
         """The checksum, once computed."""
@@ -158,9 +142,7 @@ def start_file_checksum(path: str | os.PathLike[str]) -> PendingChecksum:
     pool = cf.ThreadPoolExecutor(1, thread_name_prefix="scperteval-checksum")
     future = pool.submit(_background_file_checksum, path, stop)
     pool.shutdown(wait=False)
-    pending = PendingChecksum(future.result, stop)
-    pending.path = Path(path)
-    return pending
+    return PendingChecksum(future.result, stop, Path(path))
 
 
 def start_dataset_checksum(dataset: Any, started: PendingChecksum | None = None) -> PendingChecksum:
@@ -285,37 +267,6 @@ def _lower_thread_priority() -> bool:
     return True
 
 
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Write a file through a temporary sibling then rename, so readers never see a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
-        write(Path(temporary))
-        # mkstemp creates private files; outputs get the usual permissions.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def write_run_json(path: Path, command: str, options: Mapping[str, Any], **extra: Any) -> None:
-    """Write ``run.json``: version, command, options, environment and extra fields."""
-    record = {
-        "scperteval_version": __version__,
-        "command": command,
-        "options": dict(options),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        **extra,
-    }
-    text = json.dumps(record, indent=2, default=str, sort_keys=False)
-    write_atomic(path, lambda p: _write_text(p, text + "\n"))
-
-
-def _write_text(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
+#: Hashes begun ahead of a run, by file (resolved path, size, modification time).
+_UNCLAIMED: dict[tuple[str, int, int], PendingChecksum] = {}
+_UNCLAIMED_LOCK = threading.Lock()

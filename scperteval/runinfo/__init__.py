@@ -1,0 +1,72 @@
+"""Run records: options and timings in ``run.json``, atomic output files.
+
+The input's checksum is computed by :mod:`scperteval.runinfo.checksums`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from scperteval._version import __version__
+
+__all__ = ["Timer", "write_atomic", "write_run_json"]
+
+
+class Timer:
+    """Named wall-clock timings of the steps of a run."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Time the enclosed block under ``name`` (accumulating repeats)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """Write a file through a temporary sibling then rename, so readers never see a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        write(Path(temporary))
+        # mkstemp creates private files; outputs get the usual permissions.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def write_run_json(path: Path, command: str, options: Mapping[str, Any], **extra: Any) -> None:
+    """Write ``run.json``: version, command, options, environment and extra fields."""
+    record = {
+        "scperteval_version": __version__,
+        "command": command,
+        "options": dict(options),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **extra,
+    }
+    text = json.dumps(record, indent=2, default=str, sort_keys=False)
+    write_atomic(path, lambda p: _write_text(p, text + "\n"))
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
