@@ -231,13 +231,56 @@ def test_a_refused_run_leaves_no_read_or_hash_behind(simulated_path, tmp_path, c
     assert not any(t.name.startswith("scperteval-prefetch") for t in threading.enumerate())
 
 
-def test_a_run_from_the_command_line_records_the_files_md5(simulated_path, tmp_path):
+@pytest.mark.parametrize("command", ["calibrate", "de"])
+def test_a_run_from_the_command_line_reads_ahead_and_records_the_files_md5(
+    simulated_path, tmp_path, monkeypatch, command
+):
     import json
 
+    import scperteval.data.h5ad as h5ad_module
+
+    taken = []
+
+    def spy(path):
+        arrays = take_prefetched(path)
+        taken.append(arrays is not None)
+        return arrays
+
+    monkeypatch.setattr(h5ad_module, "take_prefetched", spy)
     out = tmp_path / "o"
-    args = ["calibrate", str(simulated_path), "-p", "mse", "--covariate-key", "cell_line"]
+    args = [command, str(simulated_path), "--covariate-key", "cell_line"]
+    if command == "calibrate":
+        args += ["-p", "mse"]
     assert main([*args, "--out", str(out)]) == 0
+    assert taken == [True]
     recorded = json.loads((out / "run.json").read_text())["input_checksum"]
     assert recorded == "md5:" + hashlib.md5(simulated_path.read_bytes()).hexdigest()
     assert not prefetch._PENDING
     assert not checksums._UNCLAIMED
+
+
+def test_a_dataset_refused_after_loading_cancels_its_hash(simulated_path, monkeypatch):
+    from scperteval.errors import DatasetError
+    from scperteval.runinfo import Timer
+    from scperteval.workflows import steps
+
+    begun = []
+
+    def spy(data):
+        pending = checksums.start_input_checksum(data)
+        begun.append(pending)
+        return pending
+
+    def refuse(dataset):
+        raise DatasetError("refused")
+
+    monkeypatch.setattr(steps, "start_input_checksum", spy)
+    options = {"covariate_key": "cell_line"}
+    with pytest.raises(DatasetError, match="refused"):
+        steps.load_and_hash(str(simulated_path), Timer(), options, check=refuse)
+    assert len(begun) == 1 and begun[0]._stop.is_set()
+    dataset, pending = steps.load_and_hash(str(simulated_path), Timer(), options)
+    assert not begun[1]._stop.is_set()
+    assert pending is begun[1]
+    assert pending() == "md5:" + hashlib.md5(simulated_path.read_bytes()).hexdigest()
+    assert steps.load_and_hash(dataset, Timer(), {}, checksum=False)[1] is None

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scperteval.cli._options import add_dataset_options, dataset_kwargs
+from scperteval.cli._options import add_dataset_options, dataset_kwargs, read_ahead
 
 EXAMPLE_SETTINGS: dict[str, Any] = {
     "n_perturbations": 12,
@@ -52,6 +52,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``scperteval de``."""
+    read_ahead(args, checksum=True)
     from scperteval.workflows.de import de
 
     if args.example:

@@ -9,7 +9,7 @@ from typing import Any, Unpack
 
 import pandas as pd
 
-from scperteval.data.load import DatasetOptions, load_dataset
+from scperteval.data.load import DatasetOptions
 from scperteval.engine.calibrators import Thresholds, calibration_table, verdict_reasons
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS
 from scperteval.engine.failures import failure_counts, failure_lines
@@ -21,11 +21,11 @@ from scperteval.engine.population_cap import (
 from scperteval.engine.suites import resolve_protocols
 from scperteval.outputs import staged_output
 from scperteval.runinfo import Timer, write_atomic, write_run_json
-from scperteval.runinfo.checksums import start_dataset_checksum, start_input_checksum
 from scperteval.workflows.steps import (
     build_engine,
     check_calibratable,
     check_run_options,
+    load_and_hash,
     protocol_table,
     run_protocol_tasks,
     run_summary,
@@ -208,18 +208,10 @@ def calibrate(
     )
     cap = check_max_population_cells(max_population_cells)
     chosen = resolve_protocols(protocols)
-    # Only a run written to a folder records the checksum. A file is hashed while
-    # it is read, on the core that reading leaves idle.
-    early_checksum = start_input_checksum(data) if out is not None else None
-    try:
-        with timer.step("load"):
-            dataset = load_dataset(data, **dataset_options)
-        check_calibratable(dataset)
-    except BaseException:
-        if early_checksum is not None:
-            early_checksum.cancel()
-        raise
-    checksum = start_dataset_checksum(dataset, early_checksum) if out is not None else None
+    # Only a run written to a folder records the checksum.
+    dataset, checksum = load_and_hash(
+        data, timer, dataset_options, checksum=out is not None, check=check_calibratable
+    )
     engine = build_engine(
         dataset,
         seed=seed,

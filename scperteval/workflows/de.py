@@ -9,12 +9,11 @@ from typing import Any, Unpack
 import pandas as pd
 
 from scperteval.context import Context
-from scperteval.data.load import DatasetOptions, load_dataset
+from scperteval.data.load import DatasetOptions
 from scperteval.outputs import staged_output
 from scperteval.progress import cell_progress, progress_bar
 from scperteval.runinfo import Timer, write_atomic, write_run_json
-from scperteval.runinfo.checksums import dataset_checksum
-from scperteval.workflows.steps import check_run_options
+from scperteval.workflows.steps import check_run_options, load_and_hash
 
 __all__ = ["de"]
 
@@ -73,8 +72,7 @@ def de(
     timer = Timer()
     started = time.time()
     check_run_options(out=out, seed=seed, de_method=method)
-    with timer.step("load"):
-        dataset = load_dataset(data, **dataset_options)
+    dataset, checksum = load_and_hash(data, timer, dataset_options, checksum=out is not None)
     with progress_bar("group statistics", dataset.n_cells, progress) as bar:
         context = Context(dataset, seed=seed, de_method=method, progress=cell_progress(bar))
         with timer.step("group_statistics"):
@@ -92,6 +90,7 @@ def de(
     }
     if out is None:
         return table
+    assert checksum is not None
     with staged_output(out) as folder:
         with timer.step("write"):
             write_atomic(folder / "de.parquet", lambda p: table.to_parquet(p, index=False))
@@ -106,7 +105,7 @@ def de(
                 "seed": seed,
             },
             input=dataset.source,
-            input_checksum=dataset_checksum(dataset),
+            input_checksum=checksum(),
             n_cells=dataset.n_cells,
             n_genes=dataset.n_genes,
             n_perturbations=len(dataset.conditions),

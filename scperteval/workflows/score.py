@@ -7,7 +7,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Unpack
 
-from scperteval.data.load import DatasetOptions, load_dataset
+from scperteval.data.load import DatasetOptions
 from scperteval.engine.calibrators import Thresholds
 from scperteval.engine.dispatch import CONTROLS, Candidate
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS, Engine
@@ -19,7 +19,6 @@ from scperteval.engine.suites import resolve_protocols
 from scperteval.errors import DatasetError, SpecError
 from scperteval.outputs import staged_output
 from scperteval.runinfo import Timer
-from scperteval.runinfo.checksums import start_dataset_checksum, start_input_checksum
 from scperteval.scoring.baselines import BASELINES, CELL_EVAL_MEAN, baseline_candidates
 from scperteval.scoring.derive import derive
 from scperteval.scoring.flags import prediction_flags
@@ -31,6 +30,7 @@ from scperteval.workflows.steps import (
     build_engine,
     check_calibratable,
     check_run_options,
+    load_and_hash,
     protocol_table,
     run_protocol_tasks,
     run_summary,
@@ -195,18 +195,10 @@ def score(
         raise SpecError("give at least one model to score (predictions={'name': ...})")
     chosen = resolve_protocols(protocols)
     baseline_names = _baseline_names(baselines, truth, has_challenge_terms(chosen))
-    # A file is hashed while it is read, on the core that reading leaves idle.
-    early_checksum = start_input_checksum(data)
-    try:
-        with timer.step("load"):
-            dataset = load_dataset(data, **dataset_options)
-        if truth == "half":
-            check_calibratable(dataset)
-    except BaseException:
-        if early_checksum is not None:
-            early_checksum.cancel()
-        raise
-    checksum = start_dataset_checksum(dataset, early_checksum)
+    dataset, checksum = load_and_hash(
+        data, timer, dataset_options, check=check_calibratable if truth == "half" else None
+    )
+    assert checksum is not None
     engine = build_engine(
         dataset,
         seed=seed,

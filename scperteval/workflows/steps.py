@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import numbers
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
 from scperteval.context import Context
 from scperteval.data.dataset import Dataset
+from scperteval.data.load import load_dataset
 from scperteval.engine.dispatch import (
     CONTROLS,
     Candidate,
@@ -34,6 +35,11 @@ from scperteval.errors import DatasetError, SpecError
 from scperteval.outputs import check_output_folder
 from scperteval.progress import progress_bar
 from scperteval.runinfo import Timer
+from scperteval.runinfo.checksums import (
+    PendingChecksum,
+    start_dataset_checksum,
+    start_input_checksum,
+)
 from scperteval.stats.de_methods import DE_METHODS
 from scperteval.stats.de_tables import read_de_table
 
@@ -42,6 +48,7 @@ __all__ = [
     "check_calibratable",
     "check_run_options",
     "compute_group_statistics",
+    "load_and_hash",
     "run_summary",
     "protocol_table",
     "run_protocol_tasks",
@@ -129,6 +136,52 @@ def check_calibratable(dataset: Dataset) -> None:
                 f"{where} has {n} perturbation(s) with enough cells; calibration compares "
                 "each with the others of its group, so it needs at least 2"
             )
+
+
+def load_and_hash(
+    data: Any,
+    timer: Timer,
+    dataset_options: Mapping[str, Any],
+    *,
+    checksum: bool = True,
+    check: Callable[[Dataset], None] | None = None,
+) -> tuple[Dataset, PendingChecksum | None]:
+    """Open the dataset (step ``load``) while its file is hashed in the background.
+
+    The hash of a file starts before the file is read, on the core the reading
+    leaves idle (or is the one the program began before its imports); it is
+    cancelled if the dataset cannot be opened or fails ``check``.
+
+    Parameters
+    ----------
+    data
+        What the job was given: an AnnData, a path or an open Dataset.
+    timer
+        The job's timings.
+    dataset_options
+        Keyword arguments of :func:`~scperteval.data.load.load_dataset`.
+    checksum
+        Whether the job records the input's checksum.
+    check
+        Called with the open dataset before the hash is kept (it raises to refuse).
+
+    Returns
+    -------
+    tuple
+        The dataset, and its pending checksum (``None`` without ``checksum``).
+
+    """
+    early = start_input_checksum(data) if checksum else None
+    try:
+        with timer.step("load"):
+            dataset = load_dataset(data, **dataset_options)
+        if check is not None:
+            check(dataset)
+    except BaseException:
+        if early is not None:
+            early.cancel()
+        raise
+    return dataset, start_dataset_checksum(dataset, early) if checksum else None
 
 
 def build_engine(
@@ -226,9 +279,10 @@ def run_protocol_tasks(
 
     """
     compute_group_statistics(engine, timer, executor)
-    with timer.step("protocols"), progress_bar(
-        "protocols", task_count(engine, protocols), progress
-    ) as bar:
+    with (
+        timer.step("protocols"),
+        progress_bar("protocols", task_count(engine, protocols), progress) as bar,
+    ):
         bar.unit = "tasks"
         return run_protocols(
             engine, protocols, candidates, workers=workers, executor=executor, progress=bar.update
