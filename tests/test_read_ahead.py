@@ -138,9 +138,9 @@ def test_a_discarded_prefetch_stops_before_reading(tmp_path, monkeypatch):
     reads = []
     original_touch = prefetch._touch
 
-    def held_touch(arrays):
+    def held_touch(arrays, stop):
         gate.wait(10)  # held until the discard below has set the stop flag
-        original_touch(arrays)
+        original_touch(arrays, stop)
 
     monkeypatch.setattr(prefetch, "_touch", held_touch)
     monkeypatch.setattr(prefetch, "_read_in_slices", lambda *args: reads.append(args))
@@ -155,6 +155,19 @@ def test_a_discarded_prefetch_stops_before_reading(tmp_path, monkeypatch):
     assert reads == []
     assert pending.arrays is None
     assert take_prefetched(path) is None
+
+
+def test_pages_are_touched_in_pieces_until_stopped(monkeypatch):
+    monkeypatch.setattr(prefetch, "_TOUCH_BYTES", 64)
+    arrays = [np.full(1000, 7.0), np.full((30, 7), 3, dtype=np.int32), np.empty(0)]
+    stop = threading.Event()
+    prefetch._touch(arrays, stop)
+    for array in arrays:
+        assert not array.any()
+    stop.set()
+    untouched = np.full(1000, 7.0)
+    prefetch._touch([untouched], stop)
+    assert (untouched == 7.0).all()
 
 
 def test_slices_stop_at_the_next_read_once_stopped():
