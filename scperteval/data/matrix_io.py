@@ -20,13 +20,12 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scperteval.data.h5ad import StoredAnnData, is_annotated_data, read_h5ad
-from scperteval.data.memory import available_memory, reads_into_memory
+from scperteval.data.memory import reads_into_memory
 from scperteval.data.ondisk import DiskCSR, open_h5ad, read_rows
 from scperteval.errors import DatasetError
 
 __all__ = [
     "as_rows",
-    "available_memory",
     "csr_row_view",
     "is_dask",
     "is_h5py_dataset",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import hashlib
 import os
+import stat
 import sys
 import threading
 from collections.abc import Callable
@@ -193,16 +194,9 @@ def start_input_checksum(data: Any) -> PendingChecksum | None:
         cancel it if opening fails.
 
     """
-    if not isinstance(data, (str, os.PathLike)):
+    identity = _file_identity(data)
+    if identity is None:
         return None
-    try:
-        key = os.path.realpath(data)
-        status = os.stat(key)
-    except (OSError, ValueError):
-        return None
-    if not os.path.isfile(key):
-        return None
-    identity = (key, status.st_size, status.st_mtime_ns)
     with _UNCLAIMED_LOCK:
         pending = _UNCLAIMED.pop(identity, None)
     return pending or start_file_checksum(data)
@@ -217,16 +211,28 @@ def begin_input_checksum(data: Any) -> None:
         The dataset a run will be given.
 
     """
-    pending = start_input_checksum(data)
-    if pending is None:
+    identity = _file_identity(data)
+    if identity is None:
         return
-    status = os.stat(os.path.realpath(data))
-    identity = (os.path.realpath(data), status.st_size, status.st_mtime_ns)
-    with _UNCLAIMED_LOCK:
-        previous = _UNCLAIMED.pop(identity, None)
-        _UNCLAIMED[identity] = pending
-    if previous is not None:
-        previous.cancel()
+    # An unclaimed hash of the same file is taken over rather than started again.
+    pending = start_input_checksum(data)
+    if pending is not None:
+        with _UNCLAIMED_LOCK:
+            _UNCLAIMED[identity] = pending
+
+
+def _file_identity(data: Any) -> tuple[str, int, int] | None:
+    """A regular file's resolved path, size and modification time; ``None`` otherwise."""
+    if not isinstance(data, (str, os.PathLike)):
+        return None
+    try:
+        key = os.path.realpath(data)
+        status = os.stat(key)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(status.st_mode):
+        return None
+    return key, status.st_size, status.st_mtime_ns
 
 
 def cancel_unclaimed_checksums() -> None:
