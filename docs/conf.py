@@ -58,7 +58,7 @@ autodoc_default_options = {"member-order": "bysource"}
 autodoc_typehints = "description"
 autodoc_typehints_description_target = "documented_params"
 # Shown by name: expanded, the alias's ``numpy.str_`` reads as a reST reference.
-autodoc_type_aliases = {"FeatureNames": "scperteval.metrics.context.FeatureNames"}
+autodoc_type_aliases = {"FeatureNames": "scperteval.metrics.metric_context.FeatureNames"}
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 # "Attributes" sections become fields of the class, so that a dataclass field listed

@@ -1,6 +1,6 @@
 """scperteval: calibrated benchmarking of single-cell perturbation response predictions.
 
-Heavy dependencies (anndata, scanpy, torch) are imported on first use, so that
+Heavy dependencies (anndata, torch) are imported on first use, so that
 ``import scperteval`` stays fast; the public names below resolve lazily.
 """
 

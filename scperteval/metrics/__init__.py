@@ -28,7 +28,7 @@ from scperteval.metrics.centroid import (
     weighted_r2,
 )
 from scperteval.metrics.clustering import clustering_agreement
-from scperteval.metrics.context import DatasetContext, PerturbationContext
+from scperteval.metrics.metric_context import DatasetContext, PerturbationContext
 from scperteval.metrics.dataset import (
     distance_matrix,
     nir,

@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from scperteval.metrics._common import DegenerateInput
 from scperteval.metrics._registry import METRICS
-from scperteval.metrics.context import DatasetContext, PerturbationContext
+from scperteval.metrics.metric_context import DatasetContext, PerturbationContext
 
 __all__ = [
     "ControlDE",

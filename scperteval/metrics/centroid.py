@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from scperteval.metrics._common import as_vector_pair
 from scperteval.metrics._registry import METRICS
-from scperteval.metrics.context import PerturbationContext
+from scperteval.metrics.metric_context import PerturbationContext
 
 __all__ = [
     "pearson",

@@ -52,7 +52,7 @@ from scipy import sparse
 from scperteval.errors import MissingExtraError
 from scperteval.metrics._common import DegenerateInput, as_matrix
 from scperteval.metrics._registry import METRICS
-from scperteval.metrics.context import DatasetContext
+from scperteval.metrics.metric_context import DatasetContext
 
 __all__ = [
     "DEFAULT_RESOLUTIONS",

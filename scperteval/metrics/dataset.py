@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from scperteval.metrics._common import DegenerateInput, as_matrix
 from scperteval.metrics._registry import METRICS
-from scperteval.metrics.context import DatasetContext
+from scperteval.metrics.metric_context import DatasetContext
 
 __all__ = [
     "rank",

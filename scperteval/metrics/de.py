@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from scperteval.metrics._common import DegenerateInput
 from scperteval.metrics._registry import METRICS
-from scperteval.metrics.context import PerturbationContext
+from scperteval.metrics.metric_context import PerturbationContext
 
 __all__ = ["DEView", "de_auprc", "de_auroc", "de_topk_overlap"]
 

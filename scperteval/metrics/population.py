@@ -40,7 +40,7 @@ from scperteval.errors import MissingExtraError
 from scperteval.kernels.sinkhorn_loop import DEFAULT_MAX_ITER, check_stopping
 from scperteval.metrics._common import DegenerateInput, as_matrix
 from scperteval.metrics._registry import METRICS
-from scperteval.metrics.context import PerturbationContext
+from scperteval.metrics.metric_context import PerturbationContext
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
