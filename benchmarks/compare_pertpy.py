@@ -198,7 +198,7 @@ def ensure_embedded(name: str, workdir: Path, s_data: str | None) -> tuple[Path,
     import anndata as ad
     import scipy.sparse as sp
 
-    from scperteval.engine.pca import principal_axes
+    from scperteval.engine._pca import principal_axes
 
     path = workdir / f"distances_{name}.h5ad"
     groupby = "condition" if name == "norman" else "perturbation"

@@ -50,7 +50,8 @@ def test_values_are_bit_identical_for_any_worker_count_and_run():
 
 def test_a_pool_fits_each_shared_space_once_per_covariate_group(monkeypatch):
     import scperteval
-    from scperteval.engine import pca, spaces
+    from scperteval.engine import _pca as pca
+    from scperteval.engine import spaces
 
     fits = []
 
@@ -187,7 +188,8 @@ def test_tasks_wait_while_a_fit_builds_its_gram_matrix_on_every_core(monkeypatch
     import numpy as np
 
     import scperteval
-    from scperteval.engine import dispatch, pca
+    from scperteval.engine import _pca as pca
+    from scperteval.engine import dispatch
     from scperteval.kernels import threads
 
     adata = scperteval.simulate(n_perturbations=12, n_genes=60, cells_per_perturbation=30, seed=5)

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from scperteval.engine.pca import principal_axes
+from scperteval.engine._pca import principal_axes
 from scperteval.errors import DatasetError, SpecError
 from scperteval.registry import did_you_mean, parse_spec
 

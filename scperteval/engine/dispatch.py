@@ -244,7 +244,7 @@ def fit_shared_spaces(engine: Engine, protocols: Sequence[Protocol]) -> None:
 
     The fit's values do not depend on where it runs: the run holds BLAS to one thread
     and the fit's own parallel sums use fixed tiles
-    (:func:`~scperteval.engine.pca.principal_axes`). A run on a local pool submits
+    (:func:`~scperteval.engine._pca.principal_axes`). A run on a local pool submits
     the fits as its first tasks instead, so that they overlap with the tasks that
     do not need them.
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from scperteval.data.halves import derive_seed
 from scperteval.engine.featuremap import FeatureMap
-from scperteval.engine.pca import SampleRows, principal_axes
+from scperteval.engine._pca import SampleRows, principal_axes
 from scperteval.errors import SpecError
 from scperteval.metrics._common import DegenerateInput
 from scperteval.registry import Registry
@@ -177,7 +177,7 @@ def pca(engine: Engine, condition: int, *, k: int = 50) -> FeatureMap:
 
     Fitted on a seeded sample of at most ``engine.pca_cells`` cells of the
     covariate group (controls and perturbed), log expression centred, not scaled;
-    the axes are exact (:func:`~scperteval.engine.pca.principal_axes`), so the fit
+    the axes are exact (:func:`~scperteval.engine._pca.principal_axes`), so the fit
     is deterministic.
     """
     _check_k(k)

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import ctypes
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 __all__ = [
     "CHAR",
-    "bundled_lapack_routine",
     "DOUBLE",
     "INT",
     "double_pointer",
@@ -55,43 +53,6 @@ def routine(library: str, name: str, *arguments: Any) -> Any:
 
     address = get_cython_function_address(f"scipy.linalg.cython_{library}", name)
     return ctypes.CFUNCTYPE(None, *arguments)(address)
-
-
-@cache
-def bundled_lapack_routine(name: str, *arguments: Any) -> Any | None:
-    """A LAPACK routine scipy's own OpenBLAS exports but its Cython interface does not.
-
-    scipy's wheels ship OpenBLAS with 32-bit integers and every symbol prefixed
-    ``scipy_`` (``scipy.libs/libscipy_openblas*.so``): routines newer than the
-    Cython interface, such as the two-stage band reductions of LAPACK 3.7, are
-    found there by name.
-
-    Parameters
-    ----------
-    name
-        The routine, e.g. ``"dsbevx_2stage"``.
-    *arguments
-        Its ``ctypes`` argument types, in order.
-
-    Returns
-    -------
-    ctypes function or None
-        Releases the GIL while it runs; ``None`` where scipy was built against
-        another LAPACK (then use a routine of :func:`routine` instead).
-
-    """
-    import scipy
-
-    folder = Path(scipy.__file__).resolve().parent.parent / "scipy.libs"
-    for library in sorted(folder.glob("libscipy_openblas*.so*")):
-        try:
-            function = getattr(ctypes.CDLL(str(library)), f"scipy_{name}_")
-        except (OSError, AttributeError):
-            continue
-        function.restype = None
-        function.argtypes = arguments
-        return function
-    return None
 
 
 def int_reference(value: int) -> Any:

@@ -8,17 +8,12 @@ factorisations of the panels that reduce the matrix to band form. This calls the
 routines (``dsbevx``, ``dgeqrt``, ``dgbtrf``, ``dgbtrs``) with the arguments scipy's wrappers
 give them, through scipy's Cython interface (:mod:`scperteval.kernels._foreign`),
 which releases the lock: the results are LAPACK's, bit for bit.
-
-The band eigenvalues can also be found by LAPACK's two-stage driver
-(``dsbevx_2stage``), which scipy's Cython interface lacks but the OpenBLAS of
-scipy's wheels exports (:func:`~scperteval.kernels._foreign.bundled_lapack_routine`).
 """
 
 from __future__ import annotations
 
 import ctypes
 from functools import cache
-from typing import Any
 
 import numpy as np
 
@@ -26,7 +21,6 @@ from scperteval.kernels._foreign import (
     CHAR,
     DOUBLE,
     INT,
-    bundled_lapack_routine,
     double_pointer,
     double_reference,
     int_pointer,
@@ -39,15 +33,12 @@ __all__ = [
     "band_lu",
     "band_lu_solve",
     "blocked_qr",
-    "has_two_stage_band_eigenvalues",
 ]
 
 # jobz, range, uplo, n, kd, ab, ldab, q, ldq, vl, vu, il, iu, abstol, m, w, z, ldz, work,
 # iwork, ifail, info
 _SIGNATURE = (CHAR, CHAR, CHAR, INT, INT, DOUBLE, INT, DOUBLE, INT, DOUBLE, DOUBLE, INT, INT,
               DOUBLE, INT, DOUBLE, DOUBLE, INT, DOUBLE, INT, INT, INT)  # fmt: skip
-# The same with lwork after work.
-_TWO_STAGE_SIGNATURE = (*_SIGNATURE[:19], INT, *_SIGNATURE[19:])
 # m, n, nb, a, lda, t, ldt, work, info
 _QR_SIGNATURE = (INT, INT, INT, DOUBLE, INT, DOUBLE, INT, DOUBLE, INT)
 # m, n, kl, ku, ab, ldab, ipiv, info
@@ -64,28 +55,13 @@ def _absolute_tolerance() -> float:
     return 2.0 * float(lapack.dlamch("s"))
 
 
-def has_two_stage_band_eigenvalues() -> bool:
-    """Whether :func:`band_eigenvalues` can reduce in two stages (``dsbevx_2stage``).
-
-    It can with the LAPACK that scipy's wheels ship; with another LAPACK the
-    one-stage routine is used.
-    """
-    return _two_stage_routine() is not None
-
-
-def _two_stage_routine() -> Any | None:
-    return bundled_lapack_routine("dsbevx_2stage", *_TWO_STAGE_SIGNATURE)
-
-
-def band_eigenvalues(
-    band: np.ndarray, first: int, last: int, two_stage: bool = False
-) -> np.ndarray:
+def band_eigenvalues(band: np.ndarray, first: int, last: int) -> np.ndarray:
     """Eigenvalues ``first`` to ``last`` (0-based, ascending) of a symmetric band matrix.
 
-    One stage (the default), the same as ``scipy.linalg.eig_banded(band,
-    lower=True, eigvals_only=True, select="i", select_range=(first, last))``, bit
-    for bit: ``dsbevx`` reduces the band to tridiagonal form by plane rotations,
-    then bisection finds the eigenvalues.
+    The same as ``scipy.linalg.eig_banded(band, lower=True, eigvals_only=True,
+    select="i", select_range=(first, last))``, bit for bit: ``dsbevx`` reduces the
+    band to tridiagonal form by plane rotations, then bisection finds the
+    eigenvalues.
 
     Parameters
     ----------
@@ -95,13 +71,6 @@ def band_eigenvalues(
     first, last
         Positions of the smallest and the largest eigenvalue wanted among all ``n``
         in ascending order, ``0 <= first <= last < n``.
-    two_stage
-        Reduce to tridiagonal form by LAPACK's two-stage bulge chasing
-        (``dsbevx_2stage``, Householder reflections applied to small blocks in
-        cache) where scipy's LAPACK has it (:func:`has_two_stage_band_eigenvalues`):
-        about twice as fast for a band of 64 and 5,000 rows, equally backward
-        stable; the eigenvalues agree with the one-stage ones to a few units in
-        the last place of the largest.
 
     Returns
     -------
@@ -119,40 +88,26 @@ def band_eigenvalues(
     rows, order = band.shape
     if not 0 <= first <= last < order:
         raise ValueError(f"need 0 <= first <= last < {order}, got {first} and {last}")
-    two_stage_routine = _two_stage_routine() if two_stage else None
-    name = "dsbevx" if two_stage_routine is None else "dsbevx_2stage"
     matrix = np.array(band, order="F")
     unused = np.zeros(1)
     values = np.zeros(order)
-    integer_work = np.zeros(5 * order, dtype=np.intc)
-    failed = np.zeros(max(order, 1), dtype=np.intc)
     found = ctypes.c_int(0)
     info = ctypes.c_int(0)
-
-    def arguments(work: np.ndarray) -> tuple[Any, ...]:
-        return (
-            b"N", b"I", b"L", int_reference(order), int_reference(rows - 1),
-            double_pointer(matrix), int_reference(rows),
-            double_pointer(unused), int_reference(1),
-            double_reference(0.0), double_reference(1.0),
-            int_reference(first + 1), int_reference(last + 1),
-            double_reference(_absolute_tolerance()),
-            ctypes.byref(found), double_pointer(values),
-            double_pointer(unused), int_reference(1),
-            double_pointer(work),
-        )  # fmt: skip
-
-    tail = (int_pointer(integer_work), int_pointer(failed), ctypes.byref(info))
-    if two_stage_routine is None:
-        routine("lapack", "dsbevx", *_SIGNATURE)(*arguments(np.zeros(7 * order)), *tail)
-    else:
-        size = np.zeros(1)
-        two_stage_routine(*arguments(size), int_reference(-1), *tail)
-        if info.value == 0:
-            work = np.zeros(max(int(size[0]), 1))
-            two_stage_routine(*arguments(work), int_reference(work.size), *tail)
+    routine("lapack", "dsbevx", *_SIGNATURE)(
+        b"N", b"I", b"L", int_reference(order), int_reference(rows - 1),
+        double_pointer(matrix), int_reference(rows),
+        double_pointer(unused), int_reference(1),
+        double_reference(0.0), double_reference(1.0),
+        int_reference(first + 1), int_reference(last + 1),
+        double_reference(_absolute_tolerance()),
+        ctypes.byref(found), double_pointer(values),
+        double_pointer(unused), int_reference(1),
+        double_pointer(np.zeros(7 * order)),
+        int_pointer(np.zeros(5 * order, dtype=np.intc)),
+        int_pointer(np.zeros(max(order, 1), dtype=np.intc)), ctypes.byref(info),
+    )  # fmt: skip
     if info.value != 0:
-        raise np.linalg.LinAlgError(f"LAPACK's {name} failed (info={info.value})")
+        raise np.linalg.LinAlgError(f"LAPACK's dsbevx failed (info={info.value})")
     return values[: found.value].copy()
 
 
