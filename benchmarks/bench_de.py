@@ -49,7 +49,7 @@ within 3x of one pass (X.sum), peak memory increase below 2x size(X).
 
 ``--profile`` (on by default) then splits the step: group layout, the chunked
 pass and its numba kernel alone, and inside ``de()``: condition and
-leave-one-out statistics, ``welch_between``, ``adjust_pvalues`` (BH)
+leave-one-out statistics, ``welch_between``, ``benjamini_hochberg`` (BH)
 and ``log_fold_change``.
 
 Examples
@@ -697,7 +697,8 @@ def profile_step(dataset: Any, seed: int) -> dict[str, float]:
     """
     from scperteval.context import Context
     from scperteval.data.layout import GroupLayout
-    from scperteval.stats.diffexp import adjust_pvalues, log_fold_change, welch_between
+    from scperteval.stats.diffexp import log_fold_change, welch_between
+    from scperteval.stats.multiple_testing import benjamini_hochberg
     from scperteval.stats.groups import GroupStats
 
     print("\nprofile of one scperteval step (single runs, seconds):")
@@ -740,8 +741,8 @@ def profile_step(dataset: Any, seed: int) -> dict[str, float]:
     note("  rest_stats() (leave_one_out of the conditions)", t)
     t, (statistic, pvalue) = timed(lambda: welch_between(target, ref))
     note("  welch_between (t, dof and p-values in one compiled pass)", t)
-    t, _ = timed(lambda: adjust_pvalues(pvalue))
-    note("  adjust_pvalues (BH, equal to scipy false_discovery_control)", t)
+    t, _ = timed(lambda: benjamini_hochberg(pvalue))
+    note("  benjamini_hochberg (BH, equal to scipy false_discovery_control)", t)
     t, _ = timed(lambda: log_fold_change(target.mean, ref.mean))
     note("  log_fold_change", t)
     return parts

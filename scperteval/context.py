@@ -23,8 +23,9 @@ from scperteval.errors import SpecError
 from scperteval.metrics.weights import deg_weights_from_statistic
 from scperteval.stats.de_methods import DE_METHODS, WELCH_METHODS
 from scperteval.stats.de_tables import PrecomputedDE
-from scperteval.stats.diffexp import REFERENCES, DEResult, adjust_pvalues, welch_pvalues_between
+from scperteval.stats.diffexp import REFERENCES, DEResult, welch_pvalues_between
 from scperteval.stats.groups import GroupStats, leave_one_out, merge_groups
+from scperteval.stats.multiple_testing import benjamini_hochberg
 
 __all__ = ["Context"]
 
@@ -255,8 +256,8 @@ class Context:
         target, ref = self._de_groups(reference, half)
         statistic, pvalue = DE_METHODS.get(method).func(self, target, ref, reference, half)
         if method in WELCH_METHODS:
-            return target, ref, statistic, None, adjust_pvalues(pvalue, overwrite=True)
-        return target, ref, statistic, pvalue, adjust_pvalues(pvalue)
+            return target, ref, statistic, None, benjamini_hochberg(pvalue, overwrite=True)
+        return target, ref, statistic, pvalue, benjamini_hochberg(pvalue)
 
     def de_origin(
         self, method: str | None = None, reference: str = "rest", half: str = "all"

@@ -18,7 +18,6 @@ from scperteval.stats.diffexp import (
     DE_COLUMNS,
     PARALLEL_PVALUES,
     DEResult,
-    adjust_pvalues,
     welch_t_test,
 )
 
@@ -300,44 +299,6 @@ def test_welch_from_moments_toy():
 
 
 # -------------------------------------------------------------- BH and frames
-def bh_reference(pvalues: np.ndarray) -> np.ndarray:
-    return np.asarray(stats.false_discovery_control(pvalues, axis=-1, method="bh"))
-
-
-@pytest.mark.parametrize("n_rows", [3, PARALLEL_PVALUES // 500 + 7])  # one thread, then two
-def test_adjust_pvalues_identical_to_scipy_with_ties(n_rows):
-    rng = np.random.default_rng(11)
-    pvalues = np.round(rng.random((n_rows, 500)) ** 3, 3)  # many ties
-    pvalues[:, :40] = 1.0
-    pvalues[0] = 0.25  # one row entirely tied
-    pvalues[1, :5] = 0.0
-    pvalues[2, 100:] = pvalues[2, 99]
-    adjusted = adjust_pvalues(pvalues)
-    expected = bh_reference(pvalues)
-    np.testing.assert_allclose(adjusted, expected, rtol=1e-15, atol=0)
-    np.testing.assert_array_equal(adjusted, expected)
-
-
-@pytest.mark.parametrize("shape", [(7,), (3, 4, 5), (1, 1), (4, 1), (0,), (0, 3), (2, 0)])
-def test_adjust_pvalues_shapes(shape):
-    pvalues = np.random.default_rng(12).random(shape)
-    adjusted = adjust_pvalues(pvalues)
-    assert adjusted.shape == pvalues.shape
-    if pvalues.size:
-        np.testing.assert_array_equal(adjusted, bh_reference(pvalues))
-
-
-@pytest.mark.parametrize("bad", [np.nan, 1.5, -0.1])
-@pytest.mark.parametrize("n_rows", [2, PARALLEL_PVALUES // 4 + 1])
-def test_adjust_pvalues_rejects_what_scipy_rejects(bad, n_rows):
-    pvalues = np.full((n_rows, 4), 0.5)
-    pvalues[-1, 2] = bad
-    with pytest.raises(ValueError, match="between 0 and 1"):
-        bh_reference(pvalues)
-    with pytest.raises(ValueError, match="between 0 and 1"):
-        adjust_pvalues(pvalues)
-
-
 def test_bh_adjustment_per_row(generated):
     context, _ = generated
     result = context.de(method="t-test", reference="control")
@@ -477,7 +438,7 @@ def test_pvalues_in_row_blocks_equal_one_call():
     from scipy import special
 
     from scperteval.kernels.threads import serial_kernels
-    from scperteval.stats.diffexp import PARALLEL_PVALUES, two_sided_t_pvalues
+    from scperteval.stats.diffexp import two_sided_t_pvalues
 
     rng = np.random.default_rng(4)
     shape = (7, PARALLEL_PVALUES // 5)  # above the threshold: computed in two blocks

@@ -1,4 +1,4 @@
-"""Permutation tests: a slow loop with the same seed, p-value bounds, corrections."""
+"""Permutation tests: a slow loop with the same seed, p-value bounds, the corrected family."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 
 from scperteval.data.halves import derive_seed
 from scperteval.distances import (
-    adjust,
     bootstrap,
     bootstrap_draws,
     permutation_test,
@@ -107,21 +106,6 @@ def test_seeded_and_independent_of_the_other_groups(screen) -> None:
     assert alone.loc["weak", "pvalue"] == first.loc["weak", "pvalue"]
     other = permutation_test(screen, "g", "ctrl", n_permutations=60, seed=4)
     assert not np.array_equal(other["pvalue"], first["pvalue"])
-
-
-def test_corrections_against_statsmodels() -> None:
-    multitest = pytest.importorskip("statsmodels.stats.multitest")
-    pvalues = np.array([0.01, 0.04, 0.03, 0.2, 0.0099, 0.5, 0.04])
-    for ours, theirs in (("holm", "holm"), ("bh", "fdr_bh"), ("bonferroni", "bonferroni")):
-        expected = multitest.multipletests(pvalues, method=theirs)[1]
-        np.testing.assert_allclose(adjust(pvalues, ours), expected, rtol=1e-12)
-    with_gap = adjust(np.array([0.01, np.nan, 0.02]), "bonferroni")
-    np.testing.assert_allclose(with_gap, [0.02, np.nan, 0.04])
-
-
-def test_holm_by_hand() -> None:
-    # Sorted 0.01, 0.02, 0.04 times 3, 2, 1, then the running maximum.
-    np.testing.assert_allclose(adjust(np.array([0.04, 0.01, 0.02]), "holm"), [0.04, 0.03, 0.04])
 
 
 def test_reference_is_not_in_the_family(screen) -> None:

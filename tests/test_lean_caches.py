@@ -21,13 +21,9 @@ from scperteval.engine.sources import SourceData
 from scperteval.engine.spaces import resolve_space
 from scperteval.engine.views import _de_table_holding, _de_view
 from scperteval.simulation import simulate
-from scperteval.stats.diffexp import (
-    adjust_pvalues,
-    log_fold_change,
-    welch_between,
-    welch_statistic_between,
-)
+from scperteval.stats.diffexp import log_fold_change, welch_between, welch_statistic_between
 from scperteval.stats.groups import GroupStats
+from scperteval.stats.multiple_testing import benjamini_hochberg
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +51,7 @@ def test_deferred_pvalues_and_fold_changes_are_the_direct_ones(adata, method, ha
     target, reference = context.condition_stats(half), context.rest_stats()
     statistic, pvalue = welch_between(target, reference, method == "t-test_overestim_var")
     np.testing.assert_array_equal(result.statistic, statistic)
-    np.testing.assert_array_equal(result.pvalue_adj, adjust_pvalues(pvalue))
+    np.testing.assert_array_equal(result.pvalue_adj, benjamini_hochberg(pvalue))
     np.testing.assert_array_equal(result.pvalue, pvalue)
     expected_lfc = log_fold_change(target.mean, reference.mean)
     np.testing.assert_array_equal(result.log_fold_change, expected_lfc)
@@ -76,7 +72,7 @@ def test_a_result_with_deferred_columns_pickles_with_its_values(adata):
 def test_wilcoxon_keeps_its_raw_pvalues(adata):
     result = make_engine(adata, de_method="wilcoxon").context.de(reference="rest", half="truth")
     assert isinstance(result._pvalue, np.ndarray)
-    np.testing.assert_array_equal(result.pvalue_adj, adjust_pvalues(result.pvalue))
+    np.testing.assert_array_equal(result.pvalue_adj, benjamini_hochberg(result.pvalue))
 
 
 def test_adjusting_in_place_gives_the_same_values_in_the_same_array():
@@ -85,14 +81,14 @@ def test_adjusting_in_place_gives_the_same_values_in_the_same_array():
     pvalues[:, :20] = pvalues[:, :1]  # ties
     pvalues[0, 5] = 0.0
     pvalues[1, 7] = 1.0
-    expected = adjust_pvalues(pvalues)
+    expected = benjamini_hochberg(pvalues)
     work = pvalues.copy()
-    adjusted = adjust_pvalues(work, overwrite=True)
+    adjusted = benjamini_hochberg(work, overwrite=True)
     assert np.shares_memory(adjusted, work)
     np.testing.assert_array_equal(adjusted, expected)
     # Without overwrite the input is untouched.
     again = pvalues.copy()
-    adjust_pvalues(again)
+    benjamini_hochberg(again)
     np.testing.assert_array_equal(again, pvalues)
 
 

@@ -35,12 +35,12 @@ import pandas as pd
 from scperteval.data.halves import derive_seed
 from scperteval.distances._api import _groups_of, _pairwise_only, _prepare, _reading, _run, fitted
 from scperteval.distances._base import Distance, Group, resolve_distance
-from scperteval.distances._correction import CORRECTIONS, adjust
 from scperteval.distances._features import ALL, group_cells
 from scperteval.distances._kernel import PairKernelDistance
 from scperteval.distances._mmd import MMD
 from scperteval.errors import DatasetError, SpecError
 from scperteval.metrics.population import median_pairwise_distance
+from scperteval.stats.multiple_testing import CORRECTIONS, adjust
 
 __all__ = ["permutation_test", "permutations"]
 

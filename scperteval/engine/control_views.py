@@ -30,7 +30,7 @@ from scperteval.engine.featuremap import FeatureMap
 from scperteval.engine.sources import SourceData
 from scperteval.metrics import DegenerateInput
 from scperteval.metrics.cell_eval import ControlDE, control_log2_fold_change
-from scperteval.stats.diffexp import adjust_pvalues
+from scperteval.stats.multiple_testing import benjamini_hochberg
 from scperteval.stats.reference_rank_test import ReferenceRankTest
 
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ def control_de_table(
     reference = _Control(engine, condition, control, control_key)
     pvalue = reference.rank_test().test(cells)[1]
     fold_change = control_log2_fold_change(mean_target, reference.mean())
-    return fold_change, np.asarray(adjust_pvalues(pvalue[None, :])[0])
+    return fold_change, np.asarray(benjamini_hochberg(pvalue[None, :])[0])
 
 
 #: Squared distances within this fraction of the squared norms are rounding: 0.

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scperteval.data.halves import derive_seed
-from scperteval.engine.featuremap import FeatureMap
 from scperteval.engine._pca import SampleRows, principal_axes
+from scperteval.engine.featuremap import FeatureMap
 from scperteval.errors import SpecError
 from scperteval.metrics._common import DegenerateInput
 from scperteval.registry import Registry

@@ -15,12 +15,8 @@ from scperteval.engine.spaces import space_is_per_condition
 from scperteval.metrics import DegenerateInput, DEView, PerturbationContext
 from scperteval.metrics.weights import deg_weights_from_statistic
 from scperteval.stats.de_methods import WELCH_METHODS
-from scperteval.stats.diffexp import (
-    DEResult,
-    adjust_pvalues,
-    welch_between,
-    welch_statistic_between,
-)
+from scperteval.stats.diffexp import DEResult, welch_between, welch_statistic_between
+from scperteval.stats.multiple_testing import benjamini_hochberg
 
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
@@ -152,7 +148,7 @@ def _de_view(
         statistic = welch_statistic_between(moments, rest, overestimate)[0]
 
         def all_genes() -> np.ndarray:
-            return np.asarray(adjust_pvalues(welch_between(moments, rest, overestimate)[1])[0])
+            return np.asarray(benjamini_hochberg(welch_between(moments, rest, overestimate)[1])[0])
 
         def adjusted_pvalues() -> np.ndarray:
             if cache_key is None:

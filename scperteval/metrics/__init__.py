@@ -28,7 +28,6 @@ from scperteval.metrics.centroid import (
     weighted_r2,
 )
 from scperteval.metrics.clustering import clustering_agreement
-from scperteval.metrics.metric_context import DatasetContext, PerturbationContext
 from scperteval.metrics.dataset import (
     distance_matrix,
     nir,
@@ -41,6 +40,7 @@ from scperteval.metrics.dataset import (
     transpose_rank_from_distances,
 )
 from scperteval.metrics.de import DEView, de_auprc, de_auroc, de_topk_overlap
+from scperteval.metrics.metric_context import DatasetContext, PerturbationContext
 from scperteval.metrics.population import (
     distance_sum,
     energy_distance,

@@ -27,6 +27,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from scperteval.stats.multiple_testing import adjust
+
 __all__ = ["HEADLINE_PROTOCOL", "WIN_LEVEL", "pairwise_tests", "win_tie_loss", "wilcoxon_method"]
 
 HEADLINE_PROTOCOL = "score"
@@ -45,19 +47,6 @@ COLUMNS = [
     "wilcoxon_pvalue_adj",
     "outcome",
 ]
-
-
-def adjust_finite(pvalues: np.ndarray, correction: str) -> np.ndarray:
-    """Bonferroni or Benjamini-Hochberg adjusted p-values of the finite entries; NaN stays NaN."""
-    result = np.full(pvalues.shape, np.nan)
-    finite = np.isfinite(pvalues)
-    if not finite.any():
-        return result
-    if correction == "bonferroni":
-        result[finite] = np.minimum(pvalues[finite] * finite.sum(), 1.0)
-    else:
-        result[finite] = stats.false_discovery_control(pvalues[finite], method="bh")
-    return result
 
 
 def wilcoxon_method(differences: np.ndarray) -> str:
@@ -192,7 +181,7 @@ def pairwise_tests(
         table[f"{test}_pvalue_adj"] = np.nan
         for _, index in table.groupby("protocol", sort=False).groups.items():
             pvalues = table.loc[index, f"{test}_pvalue"].to_numpy()
-            table.loc[index, f"{test}_pvalue_adj"] = adjust_finite(pvalues, correction)
+            table.loc[index, f"{test}_pvalue_adj"] = adjust(pvalues, correction)
     significant = table["wilcoxon_pvalue_adj"].to_numpy() < WIN_LEVEL
     balance = table["balance"].to_numpy()
     table["outcome"] = np.where(

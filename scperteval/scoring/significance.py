@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from scperteval.scoring.pairwise import adjust_finite, wilcoxon_method
+from scperteval.scoring.pairwise import wilcoxon_method
+from scperteval.stats.multiple_testing import adjust
 
 __all__ = ["paired_tests", "NEGATIVE_BASELINES"]
 
@@ -83,7 +84,7 @@ def paired_tests(
         table[f"{test}_pvalue_adj"] = np.nan
         for _, index in table.groupby("protocol").groups.items():
             pvalues = table.loc[index, f"{test}_pvalue"].to_numpy()
-            table.loc[index, f"{test}_pvalue_adj"] = adjust_finite(pvalues, correction)
+            table.loc[index, f"{test}_pvalue_adj"] = adjust(pvalues, correction)
     order = [
         "protocol",
         "model",

@@ -15,7 +15,7 @@ Conventions, chosen to match scanpy's ``rank_genes_groups``:
 - log fold change is ``log2((expm1(mean_target) + 1e-9) / (expm1(mean_reference) + 1e-9))``
   (the data being log1p-transformed);
 - p-values are two-sided and Benjamini-Hochberg adjusted across genes, per
-  perturbation (:func:`scipy.stats.false_discovery_control`).
+  perturbation (:func:`scperteval.stats.multiple_testing.benjamini_hochberg`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ __all__ = [
     "two_sided_t_pvalues",
     "REFERENCES",
     "log_fold_change",
-    "adjust_pvalues",
 ]
 
 REFERENCES = ("rest", "control")
@@ -462,58 +461,6 @@ def log_fold_change(mean_target: np.ndarray, mean_reference: np.ndarray) -> np.n
 
     run_ranges(block, bounds)
     return out
-
-
-def adjust_pvalues(pvalues: np.ndarray, *, overwrite: bool = False) -> np.ndarray:
-    """Benjamini-Hochberg adjusted p-values across genes (last axis).
-
-    Identical values to ``scipy.stats.false_discovery_control(pvalues, axis=-1,
-    method="bh")``, computed by one sort per row and a compiled pass; large
-    arrays are cut into row blocks computed by parallel threads (sorting and the
-    pass release the GIL).
-
-    Parameters
-    ----------
-    pvalues
-        P-values in ``[0, 1]``, one family of tests along the last axis.
-    overwrite
-        Write the adjusted values over ``pvalues`` when it is a C-contiguous float64
-        array with more than one test per family (the result is then that array),
-        sparing a second array of its size; its raw values are lost.
-
-    Returns
-    -------
-    numpy.ndarray
-        Adjusted p-values, same shape.
-
-    Raises
-    ------
-    ValueError
-        If a p-value lies outside ``[0, 1]`` or is NaN (as scipy).
-
-    """
-    pvalues = np.asarray(pvalues)
-    if pvalues.size == 0:
-        return pvalues.copy()
-    if pvalues.dtype != np.float64 or pvalues.ndim == 0 or pvalues.shape[-1] <= 1:
-        # Other dtypes change scipy's arithmetic; single tests are returned as given.
-        from scipy import stats
-
-        return np.asarray(stats.false_discovery_control(pvalues, axis=-1, method="bh"))
-    from scperteval.kernels.multiple_testing import benjamini_hochberg_rows
-
-    rows = np.ascontiguousarray(pvalues).reshape(-1, pvalues.shape[-1])
-    bounds = _row_blocks(rows.size, rows.shape[0])
-    # In place is safe: the pass reads each p-value once, before writing its result.
-    out = rows if overwrite else np.empty(rows.shape)
-
-    def block(start: int, stop: int) -> bool:
-        order = np.argsort(rows[start:stop], axis=-1)
-        return bool(benjamini_hochberg_rows(rows[start:stop], order, out[start:stop]))
-
-    if not all(run_ranges(block, bounds)):
-        raise ValueError("`ps` must include only numbers between 0 and 1.")
-    return out.reshape(pvalues.shape)
 
 
 def _reindex_by_name(frame: pd.DataFrame, genes: Any) -> pd.DataFrame:
