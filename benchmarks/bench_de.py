@@ -698,8 +698,8 @@ def profile_step(dataset: Any, seed: int) -> dict[str, float]:
     from scperteval.context import Context
     from scperteval.data.layout import GroupLayout
     from scperteval.stats.diffexp import log_fold_change, welch_between
-    from scperteval.stats.multiple_testing import benjamini_hochberg
     from scperteval.stats.groups import GroupStats
+    from scperteval.stats.multiple_testing import benjamini_hochberg
 
     print("\nprofile of one scperteval step (single runs, seconds):")
     parts: dict[str, float] = {}

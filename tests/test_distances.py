@@ -389,7 +389,7 @@ def test_every_distance_is_registered_under_pertpys_names() -> None:
         (lambda a: pairwise(a, "g", obsm_key="X_umap"), DatasetError, "X_umap"),
         (lambda a: pairwise(a, "g", obsm_key="X_pca", space="pca"), SpecError, "not both"),
         (lambda a: pairwise(a, "g", space="tsne"), SpecError, "unknown space"),
-        (lambda a: pairwise(a, "g", space="pca(k=0)"), SpecError, "positive integer"),
+        (lambda a: pairwise(a, "g", space="pca(k=0)"), SpecError, "at least 1"),
         (lambda a: pairwise(a, "g", layer="counts"), DatasetError, "layer 'counts'"),
         (lambda a: pairwise(a, "g", subset={"g": "zzz"}), DatasetError, "no cell matches"),
     ],

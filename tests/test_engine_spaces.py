@@ -12,7 +12,12 @@ from scipy import stats
 from scperteval.context import Context
 from scperteval.data.dataset import Dataset
 from scperteval.engine.engine import Engine
-from scperteval.engine.spaces import SPACES, resolve_space, space_is_per_condition
+from scperteval.engine.spaces import (
+    SPACES,
+    parse_cells_space,
+    resolve_space,
+    space_is_per_condition,
+)
 from scperteval.errors import SpecError
 from scperteval.metrics import DegenerateInput
 from scperteval.simulation import simulate
@@ -278,7 +283,7 @@ def test_empty_degs_space_is_nan_with_reason(sim):
 
 
 def test_top_scores_are_the_head_of_a_full_sort_with_ties_in_gene_order():
-    from scperteval.engine.spaces import _top
+    from scperteval.engine.spaces import top_indices
 
     def by_full_sort(scores, k):
         keys = -np.nan_to_num(scores, nan=-np.inf)
@@ -293,4 +298,35 @@ def test_top_scores_are_the_head_of_a_full_sort_with_ties_in_gene_order():
             if trial % 2:
                 scores[rng.random(size) < share] = value
         for k in range(size + 2):
-            np.testing.assert_array_equal(_top(scores, k), by_full_sort(scores, k))
+            np.testing.assert_array_equal(top_indices(scores, k), by_full_sort(scores, k))
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("full", ("full", {})),
+        ("hvg", ("hvg", {"k": 2000})),
+        ("hvg(k=3)", ("hvg", {"k": 3})),
+        ("pca", ("pca", {"k": 50})),
+        (" pca(k=7) ", ("pca", {"k": 7})),
+    ],
+)
+def test_spaces_fitted_from_cells_parse_with_the_registered_defaults(spec, expected):
+    assert parse_cells_space(spec) == expected
+    # The same spec names the same registered space for the protocols.
+    assert SPACES.resolve(spec).name == expected[0]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("tsne", "unknown space"),
+        ("pca(k=0)", "at least 1"),
+        ("hvg(n=3)", "no option 'n'"),
+        ("top_k(k=5)", "truth or controls"),
+        ("degs_padj", "truth or controls"),
+    ],
+)
+def test_spaces_that_need_more_than_cells_are_refused(spec, message):
+    with pytest.raises(SpecError, match=message):
+        parse_cells_space(spec)

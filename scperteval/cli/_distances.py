@@ -75,7 +75,8 @@ def add_parser(commands: Any) -> None:
 
 def _check_options(args: argparse.Namespace) -> dict[str, Any]:
     """Everything that can be checked without reading the data; raises SpecError."""
-    from scperteval.distances import CORRECTIONS, parse_space, resolve_distance
+    from scperteval.distances import CORRECTIONS, resolve_distance
+    from scperteval.engine.spaces import parse_cells_space
 
     if args.format not in FORMATS:
         raise SpecError(f"--format must be one of {', '.join(FORMATS)}, got {args.format!r}")
@@ -100,7 +101,7 @@ def _check_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.obsm_key is not None and (args.space is not None or args.layer is not None):
         raise SpecError("give --obsm-key or --layer/--space, not both")
     if args.space is not None:
-        parse_space(args.space)
+        parse_cells_space(args.space)
     distance = resolve_distance(args.metric)
     groups = None
     if args.groups is not None:

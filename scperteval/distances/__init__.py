@@ -20,7 +20,7 @@ from scperteval.distances import _kernel, _means, _mmd, _models, _perfeature  # 
 from scperteval.distances._api import onesided, pairwise
 from scperteval.distances._base import DISTANCES, Distance, Group, resolve_distance
 from scperteval.distances._bootstrap import bootstrap, bootstrap_draws
-from scperteval.distances._features import GroupedCells, group_cells, parse_space
+from scperteval.distances._features import GroupedCells, group_cells
 from scperteval.distances._permutation import permutation_test, permutations
 from scperteval.stats.multiple_testing import CORRECTIONS, adjust
 
@@ -38,6 +38,5 @@ __all__ = [
     "group_cells",
     "onesided",
     "pairwise",
-    "parse_space",
     "resolve_distance",
 ]

@@ -1,10 +1,12 @@
 """Cells grouped for a distance: the feature space and the groups of each covariate.
 
 The feature space is one of: an embedding of ``obsm`` (``obsm_key``), a layer or ``X``
-(``layer``; ``None`` is ``X``), or a space fitted here (``space``): ``"pca(k=50)"``
-(the exact principal axes of all selected cells of the covariate group, centred, not
-scaled), ``"hvg(k=2000)"`` (the genes of largest variance over those cells) or
-``"full"`` (every gene). Cells are read one group at a time; only the selected
+(``layer``; ``None`` is ``X``), or a space fitted here (``space``), named and
+parsed as the engine's spaces that need only cells
+(:func:`~scperteval.engine.spaces.parse_cells_space`): ``"pca(k=50)"`` (the exact
+principal axes of all selected cells of the covariate group, centred, not scaled),
+``"hvg(k=2000)"`` (the genes of largest variance over those cells) or ``"full"``
+(every gene). Cells are read one group at a time; only the selected
 features of a group are held densely, never a cells x cells matrix.
 """
 
@@ -19,16 +21,14 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scperteval.engine._pca import principal_axes
+from scperteval.engine.spaces import parse_cells_space, top_indices
 from scperteval.errors import DatasetError, SpecError
-from scperteval.registry import did_you_mean, parse_spec
+from scperteval.registry import did_you_mean
 
-__all__ = ["ALL", "GroupedCells", "SPACE_NAMES", "group_cells"]
+__all__ = ["ALL", "GroupedCells", "group_cells"]
 
 #: The covariate label used when no covariate column is given.
 ALL = "all"
-#: Spaces fitted from the expression matrix, with their options.
-SPACE_NAMES: dict[str, tuple[str, ...]] = {"pca": ("k",), "hvg": ("k",), "full": ()}
-_DEFAULT_K = {"pca": 50, "hvg": 2000}
 
 
 @dataclass
@@ -75,39 +75,6 @@ def _selected(adata: Any, subset: Mapping[str, Any] | None) -> np.ndarray:
     if not keep.any():
         raise DatasetError(f"no cell matches the subset {dict(subset or {})!r}")
     return np.flatnonzero(keep)
-
-
-def parse_space(space: str) -> tuple[str, dict[str, Any]]:
-    """The name and options of a fitted space spec such as ``"pca(k=30)"``.
-
-    Parameters
-    ----------
-    space
-        ``"pca"``, ``"pca(k=K)"``, ``"hvg"``, ``"hvg(k=K)"`` or ``"full"``.
-
-    Returns
-    -------
-    tuple
-        The name and the options with their defaults filled in.
-
-    Raises
-    ------
-    SpecError
-        For an unknown space, an unknown option or a ``k`` below 1.
-
-    """
-    name, options = parse_spec(space)
-    if not isinstance(name, str) or name not in SPACE_NAMES:
-        hint = did_you_mean(str(name), list(SPACE_NAMES))
-        raise SpecError(f"unknown space {space!r}{hint}; known: {', '.join(SPACE_NAMES)}")
-    unknown = [key for key in options if key not in SPACE_NAMES[name]]
-    if unknown:
-        raise SpecError(f"space {space!r}: unknown option {unknown[0]!r}")
-    if name in _DEFAULT_K:
-        k = options.setdefault("k", _DEFAULT_K[name])
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise SpecError(f"space {space!r}: k must be a positive integer, got {k!r}")
-    return name, options
 
 
 def _matrix(adata: Any, layer: str | None) -> Any:
@@ -157,10 +124,7 @@ def _fit(matrix: Any, rows: np.ndarray, name: str, options: dict[str, Any]) -> A
             squares = np.asarray(block.multiply(block).mean(axis=0), dtype=np.float64).ravel()
         else:
             squares = np.mean(np.asarray(block, dtype=np.float64) ** 2, axis=0)
-        variance = squares - mean**2
-        k = min(int(options["k"]), variance.shape[0])
-        order = np.lexsort((np.arange(variance.shape[0]), -variance))
-        genes = np.sort(order[:k])
+        genes = top_indices(squares - mean**2, int(options["k"]))
         return lambda block: _dense_float(block[:, genes])
     return _dense_float
 
@@ -219,7 +183,7 @@ def group_cells(
             space = "pca(k=50)"
     if obsm_key is None and space is None:
         space = "full"
-    fitted = parse_space(space) if space is not None else None
+    fitted = parse_cells_space(space) if space is not None else None
     labels = _column(adata, groupby, "groupby")
     rows = _selected(adata, subset)
     if covariate_key is not None:

@@ -7,10 +7,14 @@ other perturbed cells; none uses the positive or negative control. Metadata
 ``per_condition=True`` marks spaces that differ between perturbations (they
 cannot serve dataset-scope protocols, which compare perturbations in one space).
 Unions and intersections of gene selections are written ``a | b`` and ``a & b``.
+Metadata ``from_cells=True`` marks spaces fitted from a matrix of cells alone
+(``full``, ``hvg``, ``pca``): the distances layer fits those on any AnnData
+(:func:`parse_cells_space`), with the same names, options and defaults.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -21,12 +25,12 @@ from scperteval.engine._pca import SampleRows, principal_axes
 from scperteval.engine.featuremap import FeatureMap
 from scperteval.errors import SpecError
 from scperteval.metrics._common import DegenerateInput
-from scperteval.registry import Registry
+from scperteval.registry import Registry, parse_spec
 
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
 
-__all__ = ["SPACES", "resolve_space"]
+__all__ = ["SPACES", "parse_cells_space", "resolve_space", "top_indices"]
 
 SPACES = Registry("space")
 
@@ -36,12 +40,27 @@ def _selection(engine: Engine, label: str, genes: np.ndarray) -> FeatureMap:
     return FeatureMap(label=label, names=np.asarray(engine.genes)[genes], genes=genes)
 
 
-def _top(scores: np.ndarray, k: int) -> np.ndarray:
+def top_indices(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the ``k`` largest scores; ties broken by gene order, result sorted.
 
-    NaN ranks below every number. The ``k``-th largest score is found by a
-    partial sort; the scores above it are all taken and those equal to it in gene
-    order, which is the head of a full sort by (score descending, gene).
+    Parameters
+    ----------
+    scores
+        One score per gene; NaN ranks below every number.
+    k
+        Number of genes wanted (all of them when there are fewer).
+
+    Returns
+    -------
+    numpy.ndarray
+        The genes' indices, ascending.
+
+    Notes
+    -----
+    The ``k``-th largest score is found by a partial sort; the scores above it are
+    all taken and those equal to it in gene order, which is the head of a full
+    sort by (score descending, gene).
+
     """
     k = min(int(k), scores.shape[0])
     if k <= 0:
@@ -61,7 +80,9 @@ def _check_k(k: int) -> int:
     return int(k)
 
 
-@SPACES.register("full", description="all genes", per_condition=False, large_fit=False)
+@SPACES.register(
+    "full", description="all genes", per_condition=False, large_fit=False, from_cells=True
+)
 def full(engine: Engine, condition: int) -> FeatureMap:
     """All genes of the dataset."""
     return engine.memo(
@@ -76,7 +97,7 @@ def top_k(engine: Engine, condition: int, *, k: int = 50) -> FeatureMap:
     """The ``k`` genes with the largest ``|t|`` of the truth half vs the rest (ties: gene order)."""
     _check_k(k)
     statistic = engine.truth_de().statistic[condition]
-    return _selection(engine, f"top_k(k={k})", _top(np.abs(statistic), k))
+    return _selection(engine, f"top_k(k={k})", top_indices(np.abs(statistic), k))
 
 
 @SPACES.register(
@@ -124,6 +145,7 @@ def expressed(engine: Engine, condition: int) -> FeatureMap:
     description="k most variable genes across the covariate group's cells",
     per_condition=False,
     large_fit=False,
+    from_cells=True,
 )
 def hvg(engine: Engine, condition: int, *, k: int = 2000) -> FeatureMap:
     """The ``k`` genes of largest variance of log expression over all cells of the group."""
@@ -132,7 +154,7 @@ def hvg(engine: Engine, condition: int, *, k: int = 2000) -> FeatureMap:
 
     def build() -> FeatureMap:
         variance = engine.covariate_all_stats().variance()[covariate]
-        return _selection(engine, f"hvg(k={k})", _top(variance, k))
+        return _selection(engine, f"hvg(k={k})", top_indices(variance, k))
 
     return engine.memo(("space", "hvg", k, covariate), build)
 
@@ -150,7 +172,7 @@ def heg(engine: Engine, condition: int, *, k: int = 1000) -> FeatureMap:
 
     def build() -> FeatureMap:
         control_mean = engine.context.control_stats().mean[covariate]
-        return _selection(engine, f"heg(k={k})", _top(control_mean, k))
+        return _selection(engine, f"heg(k={k})", top_indices(control_mean, k))
 
     return engine.memo(("space", "heg", k, covariate), build)
 
@@ -171,6 +193,7 @@ def perturbed_genes(engine: Engine, condition: int) -> FeatureMap:
     description="first k principal components (seeded fit per covariate group)",
     per_condition=False,
     large_fit=True,
+    from_cells=True,
 )
 def pca(engine: Engine, condition: int, *, k: int = 50) -> FeatureMap:
     """Projection on the first ``k`` principal components of the group's cells.
@@ -220,6 +243,39 @@ def resolve_space(engine: Engine, spec: str, condition: int) -> FeatureMap:
     return bound(engine, condition)  # type: ignore[no-any-return]
 
 
+def parse_cells_space(spec: Any) -> tuple[str, dict[str, Any]]:
+    """The name and options of a space fitted from cells alone, such as ``"pca(k=30)"``.
+
+    Parameters
+    ----------
+    spec
+        A spec of a space registered with ``from_cells=True``: ``"full"``,
+        ``"hvg"``, ``"hvg(k=K)"``, ``"pca"`` or ``"pca(k=K)"``.
+
+    Returns
+    -------
+    tuple
+        The name and the options, with the defaults of the registered space filled in.
+
+    Raises
+    ------
+    SpecError
+        For an unknown space, one that needs the benchmark's truth or controls, an
+        unknown option or a ``k`` below 1.
+
+    """
+    bound = SPACES.resolve(spec)
+    if not bound.entry.meta.get("from_cells", False):
+        fitted = ", ".join(entry.name for entry in SPACES if entry.meta.get("from_cells"))
+        raise SpecError(
+            f"space {bound.name!r} is chosen from a benchmark's truth or controls; "
+            f"spaces fitted from cells alone: {fitted}"
+        )
+    parameters = inspect.signature(bound.entry.func).parameters.values()
+    defaults = {p.name: p.default for p in parameters if p.default is not p.empty}
+    return bound.name, {**defaults, **bound.options}
+
+
 def space_is_per_condition(spec: str) -> bool:
     """Whether a space spec may differ between perturbations."""
     return any(meta.get("per_condition", False) for meta in _part_metadata(spec))
@@ -238,7 +294,5 @@ def space_has_large_fit(spec: str) -> bool:
 
 def _part_metadata(spec: str) -> list[Mapping[str, Any]]:
     """The registered metadata of each space named in a spec (``a | b``, ``a & b``)."""
-    from scperteval.registry import parse_spec
-
     parts = [p.strip() for p in spec.replace("&", "|").split("|")]
     return [SPACES.get(str(parse_spec(part)[0])).meta for part in parts]
