@@ -330,8 +330,10 @@ def _principal_axes(sample: Any, k: int, eigensolver: Eigensolver) -> tuple[np.n
 
 
 #: Bandwidth of the intermediate band matrix: wider panels read the trailing
-#: matrix fewer times, narrower bands make steps 2 and 3 cheaper. 48 is fastest
-#: for 5,000 genes (64: 0.3 s slower, 32 and 40: the reduction 0.8 s slower).
+#: matrix fewer times, narrower bands make steps 2 and 3 cheaper. For 5,000 genes
+#: 48 and 64 take about as long (64: the reduction 0.5 s faster, the band
+#: eigenvalues 0.25 s and inverse iteration 0.25 s slower); 32 and 40 make the
+#: reduction 0.8 s slower.
 BAND_WIDTH = 48
 #: Below this order LAPACK's direct solver is as fast.
 DIRECT_ORDER = 600
