@@ -1,7 +1,7 @@
 """A read-only container for what an evaluation reads of an ``.h5ad`` file.
 
 :class:`StoredAnnData` holds the cell and gene annotations and the expression
-matrices read by :func:`scperteval.data.h5ad.read_h5ad`, under the attribute
+matrices read by :func:`scperteval.data.h5ad.open_h5ad`, under the attribute
 names of :class:`anndata.AnnData`, so that code written for an AnnData reads it
 unchanged; :class:`StoredLayers` reads each layer from the file only when it is
 asked for, so that a file with many layers costs the memory of the one used.
@@ -103,10 +103,11 @@ class StoredLayers(Mapping[str, Any]):
 class StoredAnnData:
     """Annotations and expression matrices of an ``.h5ad`` file, without anndata.
 
-    A read-only stand-in for :class:`anndata.AnnData` with the attributes this
+    What :func:`~scperteval.data.h5ad.open_h5ad` returns when h5py reads the file:
+    a read-only container with the attributes of :class:`anndata.AnnData` this
     package reads: ``obs``, ``var``, ``obs_names``, ``var_names``, ``X``,
-    ``layers``, ``n_obs``, ``n_vars``, ``shape``, ``isbacked`` (``False``) and
-    ``filename`` (``None``). :meth:`to_anndata` gives a real AnnData.
+    ``layers``, ``n_obs``, ``n_vars``, ``shape``, ``isbacked`` and ``filename``.
+    :meth:`to_anndata` gives a real AnnData.
 
     Parameters
     ----------
@@ -119,11 +120,12 @@ class StoredAnnData:
     source
         The file read, whose other elements :meth:`to_anndata` reads; ``None``
         for a container built in memory.
+    backed
+        Whether ``X`` and the layers are the file's matrices left on disk (HDF5
+        datasets and groups, read by rows through
+        :func:`~scperteval.data.ondisk.on_disk`) rather than in memory.
 
     """
-
-    isbacked = False
-    filename = None
 
     def __init__(
         self,
@@ -132,14 +134,28 @@ class StoredAnnData:
         X: Any = None,
         layers: Mapping[str, Any] | None = None,
         source: Path | None = None,
+        backed: bool = False,
     ) -> None:
-        if X is not None and tuple(X.shape) != (len(obs), len(var)):
+        if not backed and X is not None and tuple(X.shape) != (len(obs), len(var)):
             raise ValueError(f"X has shape {X.shape}, obs and var {(len(obs), len(var))}")
+        if backed and source is None:
+            raise ValueError("a backed container needs the file it was read from")
         self._obs = obs
         self._var = var
         self._X = X
         self._layers: Mapping[str, Any] = {} if layers is None else layers
         self._source = source
+        self._backed = backed
+
+    @property
+    def isbacked(self) -> bool:
+        """Whether the matrices are left on disk (as anndata's backed mode)."""
+        return self._backed
+
+    @property
+    def filename(self) -> Path | None:
+        """The file of a backed container (``None`` in memory, as for an AnnData)."""
+        return self._source if self._backed else None
 
     @property
     def obs(self) -> pd.DataFrame:
@@ -192,7 +208,8 @@ class StoredAnnData:
         ``X``, ``obs``, ``var`` and every layer come from this container (the
         matrices are shared, not copied); for a container read from a file, the
         file's other elements (``obsm``, ``varm``, ``obsp``, ``varp``, ``uns``,
-        ``raw``) are read by anndata.
+        ``raw``) are read by anndata. A backed container gives the file opened by
+        anndata in its backed mode.
 
         Returns
         -------
@@ -202,6 +219,8 @@ class StoredAnnData:
         """
         import anndata
 
+        if self._backed:
+            return anndata.read_h5ad(self._source, backed="r")
         extra: dict[str, Any] = {}
         if self._source is not None:
             import h5py
@@ -219,7 +238,8 @@ class StoredAnnData:
 
     def __repr__(self) -> str:
         return (
-            f"StoredAnnData with n_obs x n_vars = {self.n_obs} x {self.n_vars}; "
+            f"StoredAnnData with n_obs x n_vars = {self.n_obs} x {self.n_vars}"
+            f"{' backed at ' + str(self._source) if self._backed else ''}; "
             f"obs: {list(map(str, self._obs.columns))}; layers: {list(self._layers)}"
         )
 
