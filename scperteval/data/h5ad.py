@@ -23,7 +23,7 @@ from scperteval.data.h5ad_elements import (
     read_matrix,
 )
 from scperteval.data.memory import reads_into_memory
-from scperteval.data.stored import StoredAnnData, StoredLayers
+from scperteval.data.stored import StoredAnnData, StoredLayers, anndata_read_elem
 
 __all__ = [
     "StoredAnnData",
@@ -172,8 +172,8 @@ def _open_backed(path: Path) -> StoredAnnData:
         # Older files, other encodings, or malformed tables: anndata reads or explains
         # them, and its AnnData gives them the form it gives any table it holds.
         import anndata
-        from anndata.io import read_elem
 
+        read_elem = anndata_read_elem()
         annotated = anndata.AnnData(obs=read_elem(handle["obs"]), var=read_elem(handle["var"]))
         obs, var = annotated.obs, annotated.var
     layers = dict(handle["layers"].items()) if "layers" in handle else {}

@@ -19,7 +19,7 @@ import pandas as pd
 from scperteval.data.h5ad_elements import UnsupportedEncoding, read_matrix
 from scperteval.errors import DatasetError
 
-__all__ = ["StoredAnnData", "StoredLayers"]
+__all__ = ["StoredAnnData", "StoredLayers", "anndata_read_elem"]
 
 
 class StoredLayers(Mapping[str, Any]):
@@ -225,7 +225,7 @@ class StoredAnnData:
         if self._source is not None:
             import h5py
 
-            read_elem = _anndata_read_elem()
+            read_elem = anndata_read_elem()
             with h5py.File(self._source, "r") as handle:
                 for key in ("obsm", "varm", "obsp", "varp", "uns"):
                     if key in handle:
@@ -244,8 +244,15 @@ class StoredAnnData:
         )
 
 
-def _anndata_read_elem() -> Any:
-    """The ``read_elem`` of anndata (its module moved in anndata 0.11)."""
+def anndata_read_elem() -> Any:
+    """The ``read_elem`` of anndata (its module moved in anndata 0.11).
+
+    Returns
+    -------
+    callable
+        ``read_elem(element)``: an element of an open file as anndata reads it.
+
+    """
     try:
         from anndata.io import read_elem
     except ImportError:  # anndata < 0.11
