@@ -178,7 +178,7 @@ def _open_backed(path: Path) -> StoredAnnData:
         obs, var = annotated.obs, annotated.var
     layers = dict(handle["layers"].items()) if "layers" in handle else {}
     return StoredAnnData(
-        obs, var, handle.get("X"), {str(k): v for k, v in layers.items()}, path, backed=True
+        obs, var, handle.get("X"), {str(k): v for k, v in layers.items()}, path, isbacked=True
     )
 
 

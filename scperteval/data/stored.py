@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,7 @@ class StoredLayers(Mapping[str, Any]):
         return f"StoredLayers({list(self._names)}, loaded={list(self._read)})"
 
 
+@dataclass(frozen=True, eq=False, repr=False)
 class StoredAnnData:
     """Annotations and expression matrices of an ``.h5ad`` file, without anndata.
 
@@ -114,88 +116,57 @@ class StoredAnnData:
     obs, var
         Cell and gene annotations.
     X
-        The expression matrix, or ``None``.
+        The expression matrix (cells x genes), or ``None``.
     layers
         Further matrices by name: a dict or :class:`StoredLayers`.
     source
         The file read, whose other elements :meth:`to_anndata` reads; ``None``
         for a container built in memory.
-    backed
+    isbacked
         Whether ``X`` and the layers are the file's matrices left on disk (HDF5
         datasets and groups, read by rows through
         :func:`~scperteval.data.ondisk.on_disk`) rather than in memory.
 
     """
 
-    def __init__(
-        self,
-        obs: pd.DataFrame,
-        var: pd.DataFrame,
-        X: Any = None,
-        layers: Mapping[str, Any] | None = None,
-        source: Path | None = None,
-        backed: bool = False,
-    ) -> None:
-        if not backed and X is not None and tuple(X.shape) != (len(obs), len(var)):
-            raise ValueError(f"X has shape {X.shape}, obs and var {(len(obs), len(var))}")
-        if backed and source is None:
-            raise ValueError("a backed container needs the file it was read from")
-        self._obs = obs
-        self._var = var
-        self._X = X
-        self._layers: Mapping[str, Any] = {} if layers is None else layers
-        self._source = source
-        self._backed = backed
+    obs: pd.DataFrame
+    var: pd.DataFrame
+    X: Any = None
+    layers: Mapping[str, Any] = field(default_factory=dict)
+    source: Path | None = None
+    isbacked: bool = False
 
-    @property
-    def isbacked(self) -> bool:
-        """Whether the matrices are left on disk (as anndata's backed mode)."""
-        return self._backed
+    def __post_init__(self) -> None:
+        shape = (len(self.obs), len(self.var))
+        if not self.isbacked and self.X is not None and tuple(self.X.shape) != shape:
+            raise ValueError(f"X has shape {self.X.shape}, obs and var {shape}")
+        if self.isbacked and self.source is None:
+            raise ValueError("a backed container needs the file it was read from")
 
     @property
     def filename(self) -> Path | None:
         """The file of a backed container (``None`` in memory, as for an AnnData)."""
-        return self._source if self._backed else None
-
-    @property
-    def obs(self) -> pd.DataFrame:
-        """Cell annotations, one row per cell."""
-        return self._obs
-
-    @property
-    def var(self) -> pd.DataFrame:
-        """Gene annotations, one row per gene."""
-        return self._var
-
-    @property
-    def X(self) -> Any:
-        """The expression matrix (cells x genes), or ``None``."""
-        return self._X
-
-    @property
-    def layers(self) -> Mapping[str, Any]:
-        """Further expression matrices by name."""
-        return self._layers
+        return self.source if self.isbacked else None
 
     @property
     def obs_names(self) -> pd.Index:
         """Cell names (the index of ``obs``)."""
-        return self._obs.index
+        return self.obs.index
 
     @property
     def var_names(self) -> pd.Index:
         """Gene names (the index of ``var``)."""
-        return self._var.index
+        return self.var.index
 
     @property
     def n_obs(self) -> int:
         """Number of cells."""
-        return len(self._obs)
+        return len(self.obs)
 
     @property
     def n_vars(self) -> int:
         """Number of genes."""
-        return len(self._var)
+        return len(self.var)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -219,28 +190,28 @@ class StoredAnnData:
         """
         import anndata
 
-        if self._backed:
-            return anndata.read_h5ad(self._source, backed="r")
+        if self.isbacked:
+            return anndata.read_h5ad(self.source, backed="r")
         extra: dict[str, Any] = {}
-        if self._source is not None:
+        if self.source is not None:
             import h5py
 
             read_elem = anndata_read_elem()
-            with h5py.File(self._source, "r") as handle:
+            with h5py.File(self.source, "r") as handle:
                 for key in ("obsm", "varm", "obsp", "varp", "uns"):
                     if key in handle:
                         extra[key] = read_elem(handle[key])
                 if "raw" in handle:
                     raw = handle["raw"]
                     extra["raw"] = {k: read_elem(raw[k]) for k in ("X", "var", "varm") if k in raw}
-        layers = {name: self._layers[name] for name in self._layers}
-        return anndata.AnnData(X=self._X, obs=self._obs, var=self._var, layers=layers, **extra)
+        layers = {name: self.layers[name] for name in self.layers}
+        return anndata.AnnData(X=self.X, obs=self.obs, var=self.var, layers=layers, **extra)
 
     def __repr__(self) -> str:
         return (
             f"StoredAnnData with n_obs x n_vars = {self.n_obs} x {self.n_vars}"
-            f"{' backed at ' + str(self._source) if self._backed else ''}; "
-            f"obs: {list(map(str, self._obs.columns))}; layers: {list(self._layers)}"
+            f"{' backed at ' + str(self.source) if self.isbacked else ''}; "
+            f"obs: {list(map(str, self.obs.columns))}; layers: {list(self.layers)}"
         )
 
 
