@@ -248,12 +248,13 @@ class Dataset:
         For a backed dataset, a :class:`~scperteval.data.ondisk.DiskCSR` or an
         :class:`h5py.Dataset` that reads row ranges from the file.
         """
+        if self._disk_matrix is not None:
+            return self._disk_matrix
         stored = self.adata.layers[self.layer] if self.layer is not None else self.adata.X
         if not self.is_backed:
             return stored
-        if self._disk_matrix is None:
-            where = f"{self.source}: " + (f"layer {self.layer!r}" if self.layer else "X")
-            self._disk_matrix = on_disk(stored, where)
+        where = f"{self.source}: " + (f"layer {self.layer!r}" if self.layer else "X")
+        self._disk_matrix = on_disk(stored, where)
         return self._disk_matrix
 
     def chunk_slices(self, chunk_cells: int | None = None) -> list[slice]:
