@@ -1,4 +1,4 @@
-"""The anndata-free ``.h5ad`` reader gives what ``anndata.read_h5ad`` gives, or defers to it."""
+"""``open_h5ad`` reads with h5py what ``anndata.read_h5ad`` would give, or defers to anndata."""
 
 from __future__ import annotations
 
@@ -16,13 +16,7 @@ import pytest
 import scipy.sparse as sp
 
 import scperteval
-from scperteval.data.h5ad import (
-    StoredAnnData,
-    UnsupportedEncoding,
-    is_anndata,
-    read_h5ad,
-    read_stored,
-)
+from scperteval.data.h5ad import StoredAnnData, is_anndata, open_h5ad
 from scperteval.errors import DatasetError
 
 
@@ -92,7 +86,8 @@ def _assert_same_matrix(found, expected) -> None:
 
 
 def _assert_same_as_anndata(path: Path) -> StoredAnnData:
-    stored = read_stored(path)
+    stored = open_h5ad(path)
+    assert isinstance(stored, StoredAnnData) and not stored.isbacked
     expected = ad.read_h5ad(path)
     pd.testing.assert_frame_equal(stored.obs, expected.obs)
     pd.testing.assert_frame_equal(stored.var, expected.var)
@@ -174,7 +169,7 @@ def test_layers_are_read_only_when_asked_for_and_the_file_is_closed(tmp_path):
         layers={"counts": MATRICES["csr float64 int64"](n_obs, n_vars), "big": np.ones((30, 6))},
     )
     path = _write(tmp_path / "layers.h5ad", adata)
-    stored = read_stored(path)
+    stored = open_h5ad(path)
     layers = stored.layers
     assert "counts" in layers and "big" in layers and "absent" not in layers
     assert sorted(layers.keys()) == ["big", "counts"] and len(layers) == 2
@@ -203,7 +198,7 @@ def test_the_container_pickles_and_converts_to_anndata(tmp_path):
     )
     adata.raw = adata.copy()
     path = _write(tmp_path / "full.h5ad", adata)
-    stored = read_stored(path)
+    stored = open_h5ad(path)
     copy = pickle.loads(pickle.dumps(stored))
     pd.testing.assert_frame_equal(copy.obs, stored.obs)
     _assert_same_matrix(copy.X, stored.X)
@@ -265,15 +260,13 @@ def test_what_it_cannot_read_goes_through_anndata(tmp_path, change):
     )
     path = _write(tmp_path / "odd.h5ad", adata)
     change(path)
-    with pytest.raises(UnsupportedEncoding):
-        read_stored(path)
     try:
         expected = ad.read_h5ad(path)
     except Exception as exc:  # noqa: BLE001 - anndata's own refusal is the answer then
         with pytest.raises(type(exc)):
-            read_h5ad(path)
+            open_h5ad(path)
         return
-    found = read_h5ad(path)
+    found = open_h5ad(path)
     assert is_anndata(found)
     pd.testing.assert_frame_equal(found.obs, expected.obs)
     pd.testing.assert_frame_equal(found.var, expected.var)
@@ -284,12 +277,12 @@ def test_an_unknown_column_encoding_fails_as_in_anndata(tmp_path):
     path = _write(tmp_path / "unknown.h5ad", ad.AnnData(X=np.ones((8, 2)), obs=_obs(8)))
     with h5py.File(path, "r+") as handle:
         handle["obs/score"].attrs["encoding-type"] = "my-own-encoding"
-    with pytest.raises(UnsupportedEncoding):
-        read_stored(path)
     with pytest.raises(Exception) as expected:  # noqa: PT011 - whatever anndata raises
         ad.read_h5ad(path)
     with pytest.raises(expected.type):
-        read_h5ad(path)
+        open_h5ad(path)
+    with pytest.raises(expected.type):
+        open_h5ad(path, backed=True)
 
 
 def test_is_anndata_tells_apart_without_importing():
@@ -398,7 +391,7 @@ def test_threads_asking_for_a_layer_at_once_read_it_once(tmp_path, monkeypatch):
         X=sp.random(30, 8, density=0.3, format="csr", random_state=1),
         layers={"counts": sp.random(30, 8, density=0.3, format="csr", random_state=2)},
     ).write_h5ad(path)
-    layers = read_stored(path).layers
+    layers = open_h5ad(path).layers
     reads = []
     started = threading.Barrier(4)
     original = stored_module.read_matrix
@@ -431,6 +424,40 @@ def test_annotated_data_is_an_anndata_or_the_container(tmp_path):
     adata = ad.AnnData(X=np.ones((3, 2)))
     path = _write(tmp_path / "tiny.h5ad", adata)
     assert is_annotated_data(adata)
-    assert is_annotated_data(read_stored(path))
+    assert is_annotated_data(open_h5ad(path))
+    assert is_annotated_data(open_h5ad(path, backed=True))
     assert not is_annotated_data(np.ones((3, 2)))
     assert not is_annotated_data(str(path))
+
+
+@pytest.mark.parametrize("change", [None, _bytes_column, _untagged_root])
+def test_a_file_opened_backed_has_the_annotations_and_leaves_the_matrices_on_disk(tmp_path, change):
+    adata = ad.AnnData(
+        X=MATRICES["csr float32 int32"](24, 7),
+        obs=_obs(24),
+        var=_var(7),
+        layers={"dense": np.ones((24, 7))},
+    )
+    path = _write(tmp_path / "file.h5ad", adata)
+    if change is not None:
+        change(path)  # annotations anndata reads for the reader: the matrices are h5py's
+    expected = ad.read_h5ad(path)
+    opened = open_h5ad(path, backed=True)
+    assert isinstance(opened, StoredAnnData) and opened.isbacked
+    assert opened.filename == path
+    pd.testing.assert_frame_equal(opened.obs, expected.obs)
+    pd.testing.assert_frame_equal(opened.var, expected.var)
+    assert isinstance(opened.X, h5py.Group) and opened.X.name == "/X"
+    assert isinstance(opened.layers["dense"], h5py.Dataset)
+    np.testing.assert_array_equal(opened.layers["dense"][()], expected.layers["dense"])
+    # "auto" leaves on disk only a file over a third of the available memory.
+    assert not open_h5ad(path, backed="auto").isbacked
+
+
+def test_auto_leaves_a_file_larger_than_a_third_of_memory_on_disk(tmp_path, monkeypatch):
+    path = _write(tmp_path / "tiny.h5ad", ad.AnnData(X=np.ones((3, 2))))
+    size = path.stat().st_size
+    monkeypatch.setattr("scperteval.data.memory.available_memory", lambda: 3.0 * size - 3)
+    assert open_h5ad(path, backed="auto").isbacked
+    monkeypatch.setattr("scperteval.data.memory.available_memory", lambda: 3.0 * size)
+    assert not open_h5ad(path, backed="auto").isbacked

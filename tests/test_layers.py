@@ -26,7 +26,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "scperteval.runinfo",
             "scperteval.outputs",
             "scperteval._memo",
-            "scperteval._malloc",
             "scperteval.suites",
         ),
     ),

@@ -12,7 +12,6 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from scperteval._malloc import limit_malloc_arenas
 from scperteval._version import __version__
 from scperteval.cli import _calibrate, _de, _demo, _distances, _listing, _score
 
@@ -90,8 +89,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     # Signal handlers can only be set from the main thread (not, e.g., from a worker).
     in_main = threading.current_thread() is threading.main_thread()
-    if in_main:
-        limit_malloc_arenas()
     previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
     try:
         with warnings.catch_warnings():
@@ -108,18 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # they finish; the output was staged and is already removed.
         os._exit(INTERRUPTED)
     finally:
-        _drop_read_ahead()
         if in_main:
             signal.signal(signal.SIGTERM, previous)
-
-
-def _drop_read_ahead() -> None:
-    """Stop reading and hashing an input no run took (a run refused before it loaded)."""
-    from scperteval.data.prefetch import discard_prefetches
-    from scperteval.runinfo.checksums import cancel_unclaimed_checksums
-
-    discard_prefetches()
-    cancel_unclaimed_checksums()
 
 
 #: Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).

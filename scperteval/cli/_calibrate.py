@@ -16,7 +16,6 @@ from scperteval.cli._options import (
     dataset_kwargs,
     left_out_line,
     population_cap_line,
-    read_ahead,
 )
 
 
@@ -71,7 +70,6 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``scperteval calibrate``."""
-    read_ahead(args, checksum=True)
     from scperteval.engine.calibrators import Thresholds
     from scperteval.errors import SpecError
     from scperteval.workflows.calibrate import calibrate

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scperteval.cli._options import add_dataset_options, dataset_kwargs, read_ahead
+from scperteval.cli._options import add_dataset_options, dataset_kwargs
 
 EXAMPLE_SETTINGS: dict[str, Any] = {
     "n_perturbations": 12,
@@ -52,7 +52,6 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``scperteval de``."""
-    read_ahead(args, checksum=True)
     from scperteval.workflows.de import de
 
     if args.example:

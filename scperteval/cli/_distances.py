@@ -140,18 +140,14 @@ def _check_data(adata: Any, args: argparse.Namespace, subset: dict[str, Any]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Run ``scperteval distances``."""
-    from scperteval.data.h5ad import is_anndata
-    from scperteval.data.matrix_io import open_data
     from scperteval.distances import bootstrap, onesided, pairwise, permutation_test
+    from scperteval.distances._api import distance_input
     from scperteval.distances._figures import distance_figure
     from scperteval.runinfo import write_atomic, write_run_json
 
     checked = _check_options(args)
     started = time.perf_counter()
-    adata, _ = open_data(args.data, backed=False)
-    if not is_anndata(adata):
-        # Distances read embeddings (obsm) too, which only a full AnnData holds.
-        adata = adata.to_anndata()
+    adata = distance_input(args.data, backed=False)
     _check_data(adata, args, checked["subset"])
     common = {
         "groups": checked["groups"],

@@ -75,32 +75,6 @@ def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def read_ahead(args: argparse.Namespace, checksum: bool) -> None:
-    """Begin reading (and hashing) the dataset file while the program imports the rest.
-
-    The run then takes what was read (:mod:`scperteval.data.prefetch`) and the
-    hash (:func:`scperteval.runinfo.checksums.start_input_checksum`); :func:`scperteval.cli.main`
-    drops whatever no run took.
-
-    Parameters
-    ----------
-    args
-        The parsed options of a command with a ``data`` file and ``--backed``.
-    checksum
-        Whether the run records the file's checksum.
-
-    """
-    if getattr(args, "example", False) or not args.data:
-        return
-    from scperteval.data.prefetch import start_prefetch
-
-    start_prefetch(args.data, args.backed)
-    if checksum:
-        from scperteval.runinfo.checksums import begin_input_checksum
-
-        begin_input_checksum(args.data)
-
-
 def add_compute_options(parser: argparse.ArgumentParser) -> None:
     """Options that say where the population metrics are computed."""
     group = parser.add_argument_group("computation")

@@ -16,7 +16,6 @@ from scperteval.cli._options import (
     dataset_kwargs,
     left_out_line,
     population_cap_line,
-    read_ahead,
 )
 
 
@@ -171,7 +170,6 @@ def run_score(args: argparse.Namespace) -> int:
 
     if not args.pred:
         raise SpecError("give at least one model with --pred NAME=PATH (or a folder)")
-    read_ahead(args, checksum=True)
     from scperteval.workflows.score import score
 
     with cluster_client(args.scheduler) as client:

@@ -103,14 +103,15 @@ class Dataset:
     Attributes
     ----------
     adata
-        The data read: the :class:`anndata.AnnData` given, or for a file a
+        The data read: the :class:`anndata.AnnData` given, or for a file what
+        :func:`~scperteval.data.h5ad.open_h5ad` gives: a
         :class:`~scperteval.data.h5ad.StoredAnnData`, a lightweight read-only
         container with the same attributes (``obs``, ``var``, ``obs_names``,
         ``var_names``, ``X``, ``layers``, ``n_obs``, ``n_vars``, ``shape``),
-        read without importing anndata; its ``to_anndata()`` gives a full AnnData.
-        A file stored in an encoding that container does not read is read by
-        anndata, and ``adata`` is then an AnnData. A backed dataset's ``adata``
-        holds ``obs`` and ``var`` only (its matrices stay on disk).
+        read without importing anndata (its ``to_anndata()`` gives a full
+        AnnData), or an AnnData for a file that needs anndata to be read. A backed
+        dataset's ``adata`` holds ``obs`` and ``var`` in memory and its matrices
+        on disk.
 
     Raises
     ------
@@ -137,7 +138,7 @@ class Dataset:
         check_reading_options(
             perturbation_key, covariate_key, min_cells, subset, backed, chunk_cells
         )
-        self.adata, self._matrices_on_disk = open_data(data, backed)
+        self.adata = open_data(data, backed)
         self._disk_matrix: Any = None
         self.perturbation_key = perturbation_key
         self.control_label = str(control_label)
@@ -187,7 +188,7 @@ class Dataset:
     @property
     def is_backed(self) -> bool:
         """Whether the matrix is read from disk chunk by chunk."""
-        return self._matrices_on_disk is not None or bool(self.adata.isbacked)
+        return bool(self.adata.isbacked)
 
     def options(self) -> dict[str, Any]:
         """The reading options, as recorded in ``run.json``."""
@@ -228,7 +229,6 @@ class Dataset:
         state = self.__dict__.copy()
         if self.is_backed:
             state["adata"] = None
-            state["_matrices_on_disk"] = None
             state["_disk_matrix"] = None
             state["_backed_file"] = str(self.path or self.adata.filename)
         else:
@@ -239,7 +239,7 @@ class Dataset:
         backed_file = state.pop("_backed_file", None)
         self.__dict__.update(state)
         if backed_file is not None:
-            self.adata, self._matrices_on_disk = open_data(backed_file, backed=True)
+            self.adata = open_data(backed_file, backed=True)
 
     # ---------------------------------------------------------------- reading
     def matrix(self) -> Any:
@@ -248,16 +248,13 @@ class Dataset:
         For a backed dataset, a :class:`~scperteval.data.ondisk.DiskCSR` or an
         :class:`h5py.Dataset` that reads row ranges from the file.
         """
-        if self._matrices_on_disk is None and not (self.adata.isbacked and self.layer is None):
-            return self.adata.layers[self.layer] if self.layer is not None else self.adata.X
-        if self._disk_matrix is None:
-            node = (
-                self.adata.X
-                if self._matrices_on_disk is None
-                else self._matrices_on_disk[self.layer]
-            )
-            where = f"{self.source}: " + (f"layer {self.layer!r}" if self.layer else "X")
-            self._disk_matrix = on_disk(node, where)
+        if self._disk_matrix is not None:
+            return self._disk_matrix
+        stored = self.adata.layers[self.layer] if self.layer is not None else self.adata.X
+        if not self.is_backed:
+            return stored
+        where = f"{self.source}: " + (f"layer {self.layer!r}" if self.layer else "X")
+        self._disk_matrix = on_disk(stored, where)
         return self._disk_matrix
 
     def chunk_slices(self, chunk_cells: int | None = None) -> list[slice]:
@@ -356,20 +353,13 @@ class Dataset:
                     f"{role} column {key!r} not found in obs; "
                     f"available columns: {listing(columns)}{hint}"
                 )
-        if self._matrices_on_disk is None:
-            layers = list(map(str, self.adata.layers.keys()))
-        else:
-            layers = [name for name in self._matrices_on_disk if name is not None]
+        layers = list(map(str, self.adata.layers.keys()))
         if self.layer is not None and self.layer not in layers:
             raise self._fail(
                 f"layer {self.layer!r} not found; available layers: {listing(layers) or '(none)'}"
             )
-        if (
-            self.layer is None
-            and self._matrices_on_disk is not None
-            and None not in self._matrices_on_disk
-        ):
-            raise self._fail("the file has no X matrix; choose a layer")
+        if self.layer is None and self.adata.X is None:
+            raise self._fail("the data has no X matrix; choose a layer")
         names = pd.Index(self.adata.var_names.astype(str))
         if names.has_duplicates:
             duplicated = names[names.duplicated()].unique().tolist()

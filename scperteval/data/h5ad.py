@@ -1,13 +1,12 @@
-"""Reading ``.h5ad`` files without importing anndata.
+"""The one way into an ``.h5ad`` file: :func:`open_h5ad`.
 
 ``import anndata`` takes most of a second, because anndata imports zarr and
 dask on start-up; h5py alone takes a few hundredths. An evaluation needs only a
 file's cell and gene annotations (``obs``, ``var``) and one expression matrix,
-so :func:`read_h5ad` reads those with h5py (decoders in
-:mod:`scperteval.data.h5ad_elements`) into a :class:`StoredAnnData`, a small
-read-only container with the AnnData attributes this package uses. Files in an
-encoding it does not decode are read by ``anndata.read_h5ad`` instead, so the
-result never differs from anndata's.
+so :func:`open_h5ad` reads those with h5py (decoders in
+:mod:`scperteval.data.h5ad_elements`) into a :class:`StoredAnnData`, in memory
+or with the matrices left on disk. What it does not decode is read by anndata,
+so the result never differs from anndata's.
 """
 
 from __future__ import annotations
@@ -23,8 +22,8 @@ from scperteval.data.h5ad_elements import (
     read_dataframe,
     read_matrix,
 )
-from scperteval.data.prefetch import discard_prefetch, take_prefetched
-from scperteval.data.stored import StoredAnnData, StoredLayers
+from scperteval.data.memory import reads_into_memory
+from scperteval.data.stored import StoredAnnData, StoredLayers, anndata_read_elem
 
 __all__ = [
     "StoredAnnData",
@@ -32,8 +31,7 @@ __all__ = [
     "UnsupportedEncoding",
     "is_anndata",
     "is_annotated_data",
-    "read_h5ad",
-    "read_stored",
+    "open_h5ad",
 ]
 
 # The top-level elements anndata writes; any other (such as the "raw.X" of files
@@ -71,64 +69,71 @@ def is_annotated_data(value: Any) -> bool:
     Returns
     -------
     bool
-        ``True`` for the two forms a dataset or prediction is read from in memory.
+        ``True`` for the two forms of annotated data a dataset or prediction is read from.
 
     """
     return isinstance(value, StoredAnnData) or is_anndata(value)
 
 
-def read_h5ad(path: str | os.PathLike[str]) -> Any:
-    """Read an ``.h5ad`` file, with h5py when it can and anndata otherwise.
+def open_h5ad(path: str | os.PathLike[str], backed: bool | str = False) -> Any:
+    """Open an ``.h5ad`` file: annotations in memory, matrices in memory or on disk.
+
+    Reading policy: h5py decodes every element stored in an encoding listed in
+    :data:`~scperteval.data.h5ad_elements.VERSIONS` (anndata 0.8 and later), and
+    anndata reads whatever else the chosen mode needs. Read into memory, that is
+    the whole file: unless the file's layout, ``obs``, ``var``, ``X`` and the
+    layers' metadata are all decoded here, ``anndata.read_h5ad`` reads the file
+    and its AnnData is returned. Left on disk, only ``obs`` and ``var`` are read:
+    by anndata's ``read_elem`` when not decoded here; the matrices are never read
+    whole, and :func:`~scperteval.data.ondisk.on_disk` reads their rows (CSR or
+    dense) with h5py.
 
     Parameters
     ----------
     path
         The file.
+    backed
+        ``False``: read the file into memory (each layer when first asked for);
+        ``True``: leave every matrix on disk; ``"auto"``: on disk when the file is
+        over a third of the available memory.
 
     Returns
     -------
     StoredAnnData or anndata.AnnData
-        A :class:`StoredAnnData` (layers read on access), or what
-        ``anndata.read_h5ad`` returns for a file stored in an encoding that
-        :func:`read_stored` does not decode.
+        A :class:`StoredAnnData`, in memory (``isbacked`` false) or whose ``X`` and
+        layers are the file's unopened matrices (``isbacked`` true, the file open
+        read-only while they are referenced); an AnnData when anndata read the file
+        into memory.
+
+    Raises
+    ------
+    OSError
+        If the file is not an HDF5 file or cannot be read (or what anndata raises
+        for a file neither reader can read).
 
     """
+    if not reads_into_memory(Path(path).stat().st_size, backed):
+        return _open_backed(Path(path))
     try:
-        return read_stored(path)
+        return _read_into_memory(Path(path))
     except UnsupportedEncoding:
         import anndata
 
         return anndata.read_h5ad(path)
 
 
-def read_stored(path: str | os.PathLike[str]) -> StoredAnnData:
-    """Read ``obs``, ``var`` and ``X`` of an ``.h5ad`` file with h5py; layers on access.
-
-    The file is closed on return; each layer is read by reopening it.
-
-    Parameters
-    ----------
-    path
-        The file.
-
-    Returns
-    -------
-    StoredAnnData
-        With the same annotations and matrices ``anndata.read_h5ad`` would give.
+def _read_into_memory(path: Path) -> StoredAnnData:
+    """``obs``, ``var`` and ``X`` read with h5py, layers on access; the file closed on return.
 
     Raises
     ------
     UnsupportedEncoding
-        If anything needed is stored in a way not decoded here (then read the file
-        with anndata).
-    OSError
-        If the file is not an HDF5 file or cannot be read.
+        If anything needed is stored in a way not decoded here.
 
     """
     import h5py
 
     _check_anndata_settings()
-    path = Path(path)
     with h5py.File(path, "r") as handle:
         try:
             kind = (handle.attrs.get("encoding-type"), handle.attrs.get("encoding-version"))
@@ -144,15 +149,37 @@ def read_stored(path: str | os.PathLike[str]) -> StoredAnnData:
             if "X" in handle:
                 if matrix_shape(handle["X"]) != shape:
                     raise UnsupportedEncoding(f"{path}: X does not match obs and var")
-                X = read_matrix(handle["X"], take_prefetched(path))
+                X = read_matrix(handle["X"])
         except (KeyError, TypeError, ValueError) as exc:
             # Malformed in a way anndata may read or may explain better: let it decide.
             raise UnsupportedEncoding(f"{path}: {type(exc).__name__}: {exc}") from exc
-        finally:
-            # Arrays read ahead but not taken (the file failed a check) are let go.
-            discard_prefetch(path)
     layers = StoredLayers(path, names, shape)
     return StoredAnnData(obs, var, X, layers, source=path)
+
+
+def _open_backed(path: Path) -> StoredAnnData:
+    """The annotations in memory and every matrix left on disk, the file kept open."""
+    import h5py
+
+    # No chunk cache: the matrix is read either in long row ranges, which HDF5 copies
+    # straight from the file, or row by row for a perturbation's scattered cells,
+    # where a cache that can hold a chunk makes every row read its whole chunk (a
+    # million values in files written with large chunks): 8 times slower per row.
+    handle = h5py.File(path, "r", rdcc_nbytes=0)
+    try:
+        obs, var = read_dataframe(handle["obs"]), read_dataframe(handle["var"])
+    except (UnsupportedEncoding, KeyError, TypeError, ValueError):
+        # Older files, other encodings, or malformed tables: anndata reads or explains
+        # them, and its AnnData gives them the form it gives any table it holds.
+        import anndata
+
+        read_elem = anndata_read_elem()
+        annotated = anndata.AnnData(obs=read_elem(handle["obs"]), var=read_elem(handle["var"]))
+        obs, var = annotated.obs, annotated.var
+    layers = dict(handle["layers"].items()) if "layers" in handle else {}
+    return StoredAnnData(
+        obs, var, handle.get("X"), {str(k): v for k, v in layers.items()}, path, isbacked=True
+    )
 
 
 def _layer_names(handle: Any, shape: tuple[int, int]) -> list[str]:

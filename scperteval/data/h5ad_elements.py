@@ -16,7 +16,6 @@ so that nothing is ever returned that anndata would have read differently.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -175,16 +174,13 @@ def matrix_shape(node: Any) -> tuple[int, int]:
     return int(shape[0]), int(shape[1])
 
 
-def read_matrix(node: Any, prefetched: Mapping[str, np.ndarray] | None = None) -> Any:
+def read_matrix(node: Any) -> Any:
     """A stored matrix in memory, with the dtypes anndata gives it.
 
     Parameters
     ----------
     node
         A dense :class:`h5py.Dataset` or a sparse matrix :class:`h5py.Group`.
-    prefetched
-        Its arrays, already read (:func:`~scperteval.data.prefetch.take_prefetched`):
-        each used in place of reading when its shape and dtype are the stored ones.
 
     Returns
     -------
@@ -201,26 +197,14 @@ def read_matrix(node: Any, prefetched: Mapping[str, np.ndarray] | None = None) -
     shape = matrix_shape(node)
     kind = encoding(node)
     if kind == "array":
-        return _stored_array(node, prefetched, "")
-    data, indices, indptr = (
-        _stored_array(node[key], prefetched, key) for key in ("data", "indices", "indptr")
-    )
+        return node[()]
+    data, indices, indptr = (node[key][()] for key in ("data", "indices", "indptr"))
     cls = sp.csr_matrix if kind == "csr_matrix" else sp.csc_matrix
     # The constructor would copy the index arrays into the narrowest dtype that
     # fits; an empty matrix of the right dtype, filled in place, keeps them as stored.
     matrix = cls(shape, dtype=data.dtype)
     matrix.data, matrix.indices, matrix.indptr = data, indices, indptr
     return matrix
-
-
-def _stored_array(
-    dataset: Any, prefetched: Mapping[str, np.ndarray] | None, name: str
-) -> np.ndarray:
-    """A dataset's values: the prefetched array if it matches, else read now."""
-    array = None if prefetched is None else prefetched.get(name)
-    if array is not None and array.shape == dataset.shape and array.dtype == dataset.dtype:
-        return array
-    return dataset[()]
 
 
 def _read_column(node: Any, length: int) -> Any:

@@ -1,11 +1,10 @@
 """Reading expression matrices: in memory, from an ``.h5ad`` file, or a dask array.
 
 The helpers behind :class:`~scperteval.data.dataset.Dataset`: opening the input
-(:func:`open_data`, backed files through :mod:`scperteval.data.ondisk`), cutting row
+(:func:`open_data`, files through :func:`~scperteval.data.h5ad.open_h5ad`), cutting row
 ranges and row selections out of whichever matrix type holds the data
 (:func:`read_matrix_rows`, :func:`csr_row_view`), and keeping only the matrix of
-an AnnData when it is shipped to another process (:func:`matrix_only`). Files are
-read by :mod:`scperteval.data.h5ad`, without importing anndata when it can.
+an AnnData when it is shipped to another process (:func:`matrix_only`).
 """
 
 from __future__ import annotations
@@ -19,9 +18,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from scperteval.data.h5ad import StoredAnnData, is_annotated_data, read_h5ad
-from scperteval.data.memory import reads_into_memory
-from scperteval.data.ondisk import DiskCSR, open_h5ad, read_rows
+from scperteval.data.h5ad import StoredAnnData, is_annotated_data, open_h5ad
+from scperteval.data.ondisk import DiskCSR, read_rows
 from scperteval.errors import DatasetError
 
 __all__ = [
@@ -35,8 +33,8 @@ __all__ = [
 ]
 
 
-def open_data(data: Any, backed: bool | str) -> tuple[Any, dict[str | None, Any] | None]:
-    """The AnnData, and the file's matrices left on disk when it is opened backed.
+def open_data(data: Any, backed: bool | str) -> Any:
+    """The annotated data of a dataset: as given, or the ``.h5ad`` file opened.
 
     Parameters
     ----------
@@ -49,10 +47,8 @@ def open_data(data: Any, backed: bool | str) -> tuple[Any, dict[str | None, Any]
 
     Returns
     -------
-    tuple
-        The AnnData (for a file, a :class:`~scperteval.data.h5ad.StoredAnnData`
-        unless it needs anndata to be read) and, when read backed, the stored
-        matrices by layer name (``None`` for ``X``); else ``None``.
+    StoredAnnData or anndata.AnnData
+        For a file, what :func:`~scperteval.data.h5ad.open_h5ad` gives.
 
     Raises
     ------
@@ -61,7 +57,7 @@ def open_data(data: Any, backed: bool | str) -> tuple[Any, dict[str | None, Any]
 
     """
     if is_annotated_data(data):
-        return data, None
+        return data
     if not isinstance(data, (str, os.PathLike)):
         raise DatasetError(
             f"expected an AnnData or a path to an .h5ad file, got {type(data).__name__}"
@@ -72,9 +68,7 @@ def open_data(data: Any, backed: bool | str) -> tuple[Any, dict[str | None, Any]
     if backed not in (True, False, "auto"):
         raise DatasetError(f"backed must be True, False or 'auto', got {backed!r}")
     try:
-        if not reads_into_memory(path.stat().st_size, backed):
-            return open_h5ad(path)
-        return read_h5ad(path), None
+        return open_h5ad(path, backed)
     except Exception as exc:  # noqa: BLE001 - any reader failure means unreadable input
         raise DatasetError(f"{path}: cannot read as .h5ad ({type(exc).__name__}: {exc})") from None
 

@@ -1,9 +1,10 @@
-"""Reading ``.h5ad`` files without loading their expression matrices.
+"""Reading rows of expression matrices left on disk.
 
-:func:`open_h5ad` reads the cell and gene annotations (``obs``, ``var``) and
-leaves every matrix (``X`` and each layer) on disk; :func:`read_rows` reads
-chosen rows of such a matrix. Only rows that are asked for are read, so a
-dataset larger than memory can be summarised chunk by chunk and sampled.
+A file opened backed (:func:`~scperteval.data.h5ad.open_h5ad` with ``backed=True``)
+holds its cell and gene annotations in memory and leaves every matrix (``X`` and
+each layer) on disk; :func:`on_disk` makes such a matrix readable by row ranges
+and :func:`read_rows` reads chosen rows of it. Only rows that are asked for are
+read, so a dataset larger than memory can be summarised chunk by chunk and sampled.
 
 ``anndata.read_h5ad(backed="r")`` is not used for this: it keeps ``X`` on disk
 but loads every layer, ``obsm`` and ``obsp`` into memory, and its backed sparse
@@ -13,7 +14,6 @@ reading thousands of scattered rows slow.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ import scipy.sparse as sp
 
 from scperteval.errors import DatasetError
 
-__all__ = ["DiskCSR", "open_h5ad", "on_disk", "read_rows"]
+__all__ = ["DiskCSR", "on_disk", "read_rows"]
 
 #: Rows closer than this are read in one slice with the rows between them: one
 #: read of a few extra rows costs less than a separate read per row.
@@ -71,50 +71,6 @@ class DiskCSR:
         return f"DiskCSR({self.group.file.filename}:{self.group.name}, shape={self.shape})"
 
 
-def open_h5ad(path: Path) -> tuple[Any, dict[str | None, Any]]:
-    """Annotations of an ``.h5ad`` file in memory, its matrices on disk.
-
-    Parameters
-    ----------
-    path
-        The file; it stays open (read-only) for as long as a matrix is referenced.
-
-    Returns
-    -------
-    tuple
-        A :class:`~scperteval.data.h5ad.StoredAnnData` with ``obs`` and ``var``
-        only (no ``X``, ``layers`` empty), or an :class:`anndata.AnnData` with the
-        same when they are stored in an encoding that needs anndata, and the stored
-        matrices by layer name (``None`` for ``X``), unopened (see :func:`on_disk`).
-
-    """
-    import h5py
-
-    from scperteval.data.h5ad_elements import UnsupportedEncoding, read_dataframe
-    from scperteval.data.stored import StoredAnnData
-
-    # No chunk cache: the matrix is read either in long row ranges, which HDF5 copies
-    # straight from the file, or row by row for a perturbation's scattered cells,
-    # where a cache that can hold a chunk makes every row read its whole chunk (a
-    # million values in files written with large chunks): 8 times slower per row.
-    handle = h5py.File(path, "r", rdcc_nbytes=0)
-    adata: Any
-    try:
-        adata = StoredAnnData(read_dataframe(handle["obs"]), read_dataframe(handle["var"]))
-    except (UnsupportedEncoding, KeyError, TypeError, ValueError):
-        # Older files, other encodings, or malformed tables: anndata reads or explains them.
-        import anndata
-        from anndata.io import read_elem
-
-        adata = anndata.AnnData(obs=read_elem(handle["obs"]), var=read_elem(handle["var"]))
-    nodes: dict[str | None, Any] = {}
-    if "X" in handle:
-        nodes[None] = handle["X"]
-    if "layers" in handle:
-        nodes.update({str(name): node for name, node in handle["layers"].items()})
-    return adata, nodes
-
-
 def on_disk(node: Any, where: str) -> Any:
     """A matrix stored in a file, readable by row ranges without loading the rest.
 
@@ -122,13 +78,14 @@ def on_disk(node: Any, where: str) -> Any:
     ----------
     node
         An :class:`h5py.Dataset` (dense) or a group in anndata's ``csr_matrix``
-        encoding, or an anndata backed sparse dataset of such a group.
+        encoding, or an anndata backed sparse dataset of such a group; a matrix
+        already in memory (a layer of an AnnData opened backed) is returned as is.
     where
         The file and element, for error messages.
 
     Returns
     -------
-    DiskCSR or h5py.Dataset
+    DiskCSR or h5py.Dataset or numpy.ndarray or scipy.sparse matrix
         Sliceable by row ranges (``matrix[start:stop]``).
 
     Raises
@@ -139,6 +96,8 @@ def on_disk(node: Any, where: str) -> Any:
     """
     import h5py
 
+    if sp.issparse(node) or isinstance(node, np.ndarray):
+        return node
     node = getattr(node, "group", node)  # anndata's backed sparse dataset
     if isinstance(node, h5py.Dataset):
         return node

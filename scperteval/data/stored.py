@@ -1,7 +1,7 @@
 """A read-only container for what an evaluation reads of an ``.h5ad`` file.
 
 :class:`StoredAnnData` holds the cell and gene annotations and the expression
-matrices read by :func:`scperteval.data.h5ad.read_h5ad`, under the attribute
+matrices read by :func:`scperteval.data.h5ad.open_h5ad`, under the attribute
 names of :class:`anndata.AnnData`, so that code written for an AnnData reads it
 unchanged; :class:`StoredLayers` reads each layer from the file only when it is
 asked for, so that a file with many layers costs the memory of the one used.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pandas as pd
 from scperteval.data.h5ad_elements import UnsupportedEncoding, read_matrix
 from scperteval.errors import DatasetError
 
-__all__ = ["StoredAnnData", "StoredLayers"]
+__all__ = ["StoredAnnData", "StoredLayers", "anndata_read_elem"]
 
 
 class StoredLayers(Mapping[str, Any]):
@@ -100,86 +101,72 @@ class StoredLayers(Mapping[str, Any]):
         return f"StoredLayers({list(self._names)}, loaded={list(self._read)})"
 
 
+@dataclass(frozen=True, eq=False, repr=False)
 class StoredAnnData:
     """Annotations and expression matrices of an ``.h5ad`` file, without anndata.
 
-    A read-only stand-in for :class:`anndata.AnnData` with the attributes this
+    What :func:`~scperteval.data.h5ad.open_h5ad` returns when h5py reads the file:
+    a read-only container with the attributes of :class:`anndata.AnnData` this
     package reads: ``obs``, ``var``, ``obs_names``, ``var_names``, ``X``,
-    ``layers``, ``n_obs``, ``n_vars``, ``shape``, ``isbacked`` (``False``) and
-    ``filename`` (``None``). :meth:`to_anndata` gives a real AnnData.
+    ``layers``, ``n_obs``, ``n_vars``, ``shape``, ``isbacked`` and ``filename``.
+    :meth:`to_anndata` gives a real AnnData.
 
     Parameters
     ----------
     obs, var
         Cell and gene annotations.
     X
-        The expression matrix, or ``None``.
+        The expression matrix (cells x genes), or ``None``.
     layers
         Further matrices by name: a dict or :class:`StoredLayers`.
     source
         The file read, whose other elements :meth:`to_anndata` reads; ``None``
         for a container built in memory.
+    isbacked
+        Whether ``X`` and the layers are the file's matrices left on disk (HDF5
+        datasets and groups, read by rows through
+        :func:`~scperteval.data.ondisk.on_disk`) rather than in memory.
 
     """
 
-    isbacked = False
-    filename = None
+    obs: pd.DataFrame
+    var: pd.DataFrame
+    X: Any = None
+    layers: Mapping[str, Any] = field(default_factory=dict)
+    source: Path | None = None
+    isbacked: bool = False
 
-    def __init__(
-        self,
-        obs: pd.DataFrame,
-        var: pd.DataFrame,
-        X: Any = None,
-        layers: Mapping[str, Any] | None = None,
-        source: Path | None = None,
-    ) -> None:
-        if X is not None and tuple(X.shape) != (len(obs), len(var)):
-            raise ValueError(f"X has shape {X.shape}, obs and var {(len(obs), len(var))}")
-        self._obs = obs
-        self._var = var
-        self._X = X
-        self._layers: Mapping[str, Any] = {} if layers is None else layers
-        self._source = source
+    def __post_init__(self) -> None:
+        shape = (len(self.obs), len(self.var))
+        if not self.isbacked and self.X is not None and tuple(self.X.shape) != shape:
+            raise ValueError(f"X has shape {self.X.shape}, obs and var {shape}")
+        if self.isbacked and self.source is None:
+            raise ValueError("a backed container needs the file it was read from")
 
     @property
-    def obs(self) -> pd.DataFrame:
-        """Cell annotations, one row per cell."""
-        return self._obs
-
-    @property
-    def var(self) -> pd.DataFrame:
-        """Gene annotations, one row per gene."""
-        return self._var
-
-    @property
-    def X(self) -> Any:
-        """The expression matrix (cells x genes), or ``None``."""
-        return self._X
-
-    @property
-    def layers(self) -> Mapping[str, Any]:
-        """Further expression matrices by name."""
-        return self._layers
+    def filename(self) -> Path | None:
+        """The file of a backed container (``None`` in memory, as for an AnnData)."""
+        return self.source if self.isbacked else None
 
     @property
     def obs_names(self) -> pd.Index:
         """Cell names (the index of ``obs``)."""
-        return self._obs.index
+        return self.obs.index
 
     @property
     def var_names(self) -> pd.Index:
         """Gene names (the index of ``var``)."""
-        return self._var.index
+        return self.var.index
 
     @property
     def n_obs(self) -> int:
         """Number of cells."""
-        return len(self._obs)
+        return len(self.obs)
 
     @property
     def n_vars(self) -> int:
         """Number of genes."""
-        return len(self._var)
+        return len(self.var)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -192,7 +179,8 @@ class StoredAnnData:
         ``X``, ``obs``, ``var`` and every layer come from this container (the
         matrices are shared, not copied); for a container read from a file, the
         file's other elements (``obsm``, ``varm``, ``obsp``, ``varp``, ``uns``,
-        ``raw``) are read by anndata.
+        ``raw``) are read by anndata. A backed container gives the file opened by
+        anndata in its backed mode.
 
         Returns
         -------
@@ -202,30 +190,40 @@ class StoredAnnData:
         """
         import anndata
 
+        if self.isbacked:
+            return anndata.read_h5ad(self.source, backed="r")
         extra: dict[str, Any] = {}
-        if self._source is not None:
+        if self.source is not None:
             import h5py
 
-            read_elem = _anndata_read_elem()
-            with h5py.File(self._source, "r") as handle:
+            read_elem = anndata_read_elem()
+            with h5py.File(self.source, "r") as handle:
                 for key in ("obsm", "varm", "obsp", "varp", "uns"):
                     if key in handle:
                         extra[key] = read_elem(handle[key])
                 if "raw" in handle:
                     raw = handle["raw"]
                     extra["raw"] = {k: read_elem(raw[k]) for k in ("X", "var", "varm") if k in raw}
-        layers = {name: self._layers[name] for name in self._layers}
-        return anndata.AnnData(X=self._X, obs=self._obs, var=self._var, layers=layers, **extra)
+        layers = {name: self.layers[name] for name in self.layers}
+        return anndata.AnnData(X=self.X, obs=self.obs, var=self.var, layers=layers, **extra)
 
     def __repr__(self) -> str:
         return (
-            f"StoredAnnData with n_obs x n_vars = {self.n_obs} x {self.n_vars}; "
-            f"obs: {list(map(str, self._obs.columns))}; layers: {list(self._layers)}"
+            f"StoredAnnData with n_obs x n_vars = {self.n_obs} x {self.n_vars}"
+            f"{' backed at ' + str(self.source) if self.isbacked else ''}; "
+            f"obs: {list(map(str, self.obs.columns))}; layers: {list(self.layers)}"
         )
 
 
-def _anndata_read_elem() -> Any:
-    """The ``read_elem`` of anndata (its module moved in anndata 0.11)."""
+def anndata_read_elem() -> Any:
+    """The ``read_elem`` of anndata (its module moved in anndata 0.11).
+
+    Returns
+    -------
+    callable
+        ``read_elem(element)``: an element of an open file as anndata reads it.
+
+    """
     try:
         from anndata.io import read_elem
     except ImportError:  # anndata < 0.11

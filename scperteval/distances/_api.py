@@ -1,4 +1,10 @@
-"""``pairwise`` and ``onesided``: distances between groups of cells of an AnnData."""
+"""``pairwise`` and ``onesided``: distances between groups of cells.
+
+Every distance function reads its cells from an AnnData, an ``.h5ad`` path or an
+open :class:`~scperteval.data.dataset.Dataset` (:func:`distance_input`), with the
+reading options of the other entry points that apply to groups of cells
+(``layer``, ``covariate_key``, ``subset``, ``normalize``, ``backed``).
+"""
 
 from __future__ import annotations
 
@@ -9,13 +15,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from scperteval.data.dataset import Dataset
+from scperteval.data.h5ad import StoredAnnData
+from scperteval.data.matrix_io import open_data
 from scperteval.distances._base import Distance, Group, resolve_distance
 from scperteval.distances._features import ALL, GroupedCells, group_cells
 from scperteval.distances._kernel import PairKernelDistance
 from scperteval.errors import DatasetError, SpecError
 from scperteval.kernels.threads import kernel_threads
 
-__all__ = ["onesided", "pairwise"]
+__all__ = ["distance_input", "onesided", "pairwise"]
 
 
 def _groups_of(cells: GroupedCells) -> dict[str, Group]:
@@ -123,12 +132,6 @@ def _prepare(distance: Distance, groups: Mapping[str, Group], n_jobs: int | None
     _run(list(groups.values()), distance.prepare, n_jobs)
 
 
-def _read(
-    adata: Any, groupby: str, groups: Sequence[str] | None, reading: dict[str, Any]
-) -> list[GroupedCells]:
-    return group_cells(adata, groupby, groups=groups, **reading)
-
-
 def _index(
     covariate_key: str | None, covariate: str, labels: Sequence[str], groupby: str
 ) -> pd.Index:
@@ -149,13 +152,16 @@ def pairwise(
     covariate_key: str | None = None,
     subset: Mapping[str, Any] | None = None,
     n_jobs: int | None = None,
+    normalize: bool = False,
+    backed: bool | str = "auto",
 ) -> pd.DataFrame:
     """Distance between every two groups of cells.
 
     Parameters
     ----------
     adata
-        An :class:`anndata.AnnData`.
+        An :class:`anndata.AnnData`, a path to an ``.h5ad`` file, or a
+        :class:`~scperteval.data.dataset.Dataset` (see :func:`distance_input`).
     groupby
         ``obs`` column of the group labels.
     metric
@@ -174,6 +180,12 @@ def pairwise(
         Keep only cells whose ``obs`` values match, e.g. ``{"dataset": "norman19"}``.
     n_jobs
         Threads (default: the cores available to scperteval's kernels).
+    normalize
+        ``normalize_total(1e4)`` then ``log1p`` of raw counts, as for ``calibrate``.
+    backed
+        For a path: ``True`` leaves the matrices on disk and reads the groups' rows,
+        ``False`` loads the file, ``"auto"`` (default) leaves them on disk when the
+        file is over a third of the available memory.
 
     Returns
     -------
@@ -202,9 +214,12 @@ def pairwise(
     """
     distance = resolve_distance(metric)
     _pairwise_only(distance, "pairwise")
-    reading = _reading(obsm_key, layer, space, covariate_key, subset)
+    adata, reading = _reading(
+        adata, obsm_key, layer, space, covariate_key, subset, normalize, backed
+    )
+    covariate_key = reading["covariate_key"]
     frames = []
-    for cells in _read(adata, groupby, groups, reading):
+    for cells in group_cells(adata, groupby, groups=groups, **reading):
         by_label = _groups_of(cells)
         measure = fitted(distance, list(by_label.values()))
         _prepare(measure, by_label, n_jobs)
@@ -238,20 +253,74 @@ def pairwise(
     return result
 
 
+def distance_input(data: Any, backed: bool | str = "auto") -> Any:
+    """The AnnData the distances read from ``data``.
+
+    Parameters
+    ----------
+    data
+        An :class:`anndata.AnnData` (returned as is), a path to an ``.h5ad``
+        file (opened by :func:`~scperteval.data.h5ad.open_h5ad`), or a
+        :class:`~scperteval.data.dataset.Dataset` (its ``adata``).
+    backed
+        For a path, whether its matrices stay on disk (``True``, ``False`` or
+        ``"auto"``, as for :class:`~scperteval.data.dataset.Dataset`).
+
+    Returns
+    -------
+    anndata.AnnData
+        With the file's embeddings (``obsm``) too, which only an AnnData holds: a
+        file read by h5py is completed by anndata (its matrices shared, not read
+        again); a backed one is opened by anndata in its backed mode.
+
+    Raises
+    ------
+    DatasetError
+        If ``data`` is of another type, or a path is missing or not a readable
+        ``.h5ad`` file.
+
+    """
+    data = data.adata if isinstance(data, Dataset) else open_data(data, backed)
+    return data.to_anndata() if isinstance(data, StoredAnnData) else data
+
+
 def _reading(
+    data: Any,
     obsm_key: str | None,
     layer: str | None,
     space: str | None,
     covariate_key: str | None,
     subset: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    return {
-        "obsm_key": obsm_key,
+    normalize: bool,
+    backed: bool | str,
+) -> tuple[Any, dict[str, Any]]:
+    """The AnnData to read and the options of :func:`group_cells`.
+
+    A Dataset's own ``layer``, ``covariate_key``, ``subset`` and ``normalize`` are
+    used; another value given for one of them is refused.
+    """
+    given: dict[str, Any] = {
         "layer": layer,
-        "space": space,
         "covariate_key": covariate_key,
         "subset": subset,
+        "normalize": normalize or None,
     }
+    if isinstance(data, Dataset):
+        own = {
+            "layer": data.layer,
+            "covariate_key": data.covariate_key,
+            "subset": data.subset or None,
+            "normalize": data.normalize or None,
+        }
+        for name, value in given.items():
+            if value is not None and value != own[name]:
+                raise SpecError(
+                    f"{name}={value!r} differs from the Dataset's {own[name]!r}; "
+                    "give the Dataset's reading options when opening it"
+                )
+        given = own
+    options = {"obsm_key": obsm_key, "space": space, **given, "normalize": bool(given["normalize"])}
+    return distance_input(data, backed), options
 
 
 def onesided(
@@ -267,6 +336,8 @@ def onesided(
     covariate_key: str | None = None,
     subset: Mapping[str, Any] | None = None,
     n_jobs: int | None = None,
+    normalize: bool = False,
+    backed: bool | str = "auto",
 ) -> pd.Series:
     """Distance from every group to one reference group (e.g. the controls).
 
@@ -276,6 +347,8 @@ def onesided(
     Parameters
     ----------
     adata, groupby, metric, obsm_key, layer, space, covariate_key, subset, n_jobs
+        As for :func:`pairwise`.
+    normalize, backed
         As for :func:`pairwise`.
     reference
         The reference group's label; with ``covariate_key`` it must have cells in
@@ -300,9 +373,12 @@ def onesided(
     distance = resolve_distance(metric)
     reference = str(reference)
     wanted = None if groups is None else list(dict.fromkeys([*map(str, groups), reference]))
-    reading = _reading(obsm_key, layer, space, covariate_key, subset)
+    adata, reading = _reading(
+        adata, obsm_key, layer, space, covariate_key, subset, normalize, backed
+    )
+    covariate_key = reading["covariate_key"]
     parts = []
-    for cells in _read(adata, groupby, wanted, reading):
+    for cells in group_cells(adata, groupby, groups=wanted, **reading):
         if reference not in cells.cells:
             where = "" if cells.covariate == ALL else f" in {covariate_key}={cells.covariate!r}"
             raise DatasetError(f"reference group {reference!r} has no cell{where}")

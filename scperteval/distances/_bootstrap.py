@@ -119,6 +119,8 @@ def bootstrap(
     subset: Mapping[str, Any] | None = None,
     n_jobs: int | None = None,
     max_matrix_bytes: int = MAX_MATRIX_BYTES,
+    normalize: bool = False,
+    backed: bool | str = "auto",
 ) -> pd.DataFrame:
     """Percentile bootstrap interval of the distance of every group to the reference.
 
@@ -126,6 +128,8 @@ def bootstrap(
     ----------
     adata, groupby, reference, metric, groups, obsm_key, layer, space, covariate_key, subset
         As for :func:`~scperteval.distances.onesided`.
+    normalize, backed
+        As for :func:`~scperteval.distances.pairwise`.
     n_bootstrap
         Replicates (at least 2).
     seed
@@ -158,7 +162,10 @@ def bootstrap(
     _pairwise_only(distance, "bootstrap")
     reference = str(reference)
     wanted = None if groups is None else list(dict.fromkeys([*map(str, groups), reference]))
-    reading = _reading(obsm_key, layer, space, covariate_key, subset)
+    adata, reading = _reading(
+        adata, obsm_key, layer, space, covariate_key, subset, normalize, backed
+    )
+    covariate_key = reading["covariate_key"]
     tail = (1.0 - float(confidence)) / 2.0
     rows: list[dict[str, Any]] = []
     index: list[Any] = []

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from scperteval.data.dataset import normalize_log1p
 from scperteval.engine._pca import principal_axes
 from scperteval.engine.spaces import parse_cells_space, top_indices
 from scperteval.errors import DatasetError, SpecError
@@ -107,13 +108,14 @@ def _check_finite(values: np.ndarray, where: str) -> None:
         raise DatasetError(f"{where} holds NaN or infinite values")
 
 
-def _rows(matrix: Any, rows: np.ndarray) -> Any:
-    return matrix[rows]
+def _rows(matrix: Any, rows: np.ndarray, normalize: bool = False) -> Any:
+    block = matrix[rows]
+    return normalize_log1p(block) if normalize else block
 
 
-def _fit(matrix: Any, rows: np.ndarray, name: str, options: dict[str, Any]) -> Any:
+def _fit(matrix: Any, rows: np.ndarray, name: str, options: dict[str, Any], normalize: bool) -> Any:
     """A function from the rows of ``matrix`` to the space fitted on ``rows``."""
-    sample = _rows(matrix, rows)
+    sample = _rows(matrix, rows, normalize)
     if name == "pca":
         components, offset = principal_axes(sample, int(options["k"]))
         return lambda block: (_dense_float(block) - offset) @ components
@@ -139,6 +141,7 @@ def group_cells(
     space: str | None = None,
     covariate_key: str | None = None,
     subset: Mapping[str, Any] | None = None,
+    normalize: bool = False,
 ) -> list[GroupedCells]:
     """The cells of every group, per covariate value, in the chosen feature space.
 
@@ -160,6 +163,10 @@ def group_cells(
         its values, and a fitted space is fitted within each value.
     subset
         Keep only cells whose ``obs`` values match (a value or list per column).
+    normalize
+        Read the matrix as raw counts: ``normalize_total(1e4)`` then ``log1p`` per
+        cell, as :class:`~scperteval.data.dataset.Dataset` does; the default space is
+        then ``"pca(k=50)"`` of the normalised values, and an embedding is refused.
 
     Returns
     -------
@@ -176,8 +183,10 @@ def group_cells(
     """
     if obsm_key is not None and (space is not None or layer is not None):
         raise SpecError("give obsm_key or layer/space, not both")
+    if obsm_key is not None and normalize:
+        raise SpecError("normalize applies to X or a layer, not to an obsm embedding")
     if obsm_key is None and layer is None and space is None:
-        if "X_pca" in adata.obsm:
+        if "X_pca" in adata.obsm and not normalize:
             obsm_key = "X_pca"
         else:
             space = "pca(k=50)"
@@ -217,13 +226,13 @@ def group_cells(
         if fitted is None:
             transform = _dense_float
         else:
-            transform = _fit(matrix, cov_rows, fitted[0], fitted[1])
+            transform = _fit(matrix, cov_rows, fitted[0], fitted[1], normalize)
         order = [str(g) for g in pd.unique(cov_labels)]
         if groups is not None:
             order = [g for g in (str(x) for x in groups) if g in set(order)]
         cells = {}
         for group in order:
-            values = transform(_rows(matrix, cov_rows[cov_labels == group]))
+            values = transform(_rows(matrix, cov_rows[cov_labels == group], normalize))
             _check_finite(values, f"{label} of group {group!r}")
             cells[group] = values
         result.append(GroupedCells(str(covariate), order, cells, label))

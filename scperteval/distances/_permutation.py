@@ -243,6 +243,8 @@ def permutation_test(
     subset: Mapping[str, Any] | None = None,
     n_jobs: int | None = None,
     max_matrix_bytes: int = MAX_MATRIX_BYTES,
+    normalize: bool = False,
+    backed: bool | str = "auto",
 ) -> pd.DataFrame:
     """Seeded permutation test of every group against the reference (see the module notes).
 
@@ -250,6 +252,8 @@ def permutation_test(
     ----------
     adata, groupby, reference, metric, groups, obsm_key, layer, space, covariate_key, subset
         As for :func:`~scperteval.distances.onesided`.
+    normalize, backed
+        As for :func:`~scperteval.distances.pairwise`.
     n_permutations
         Relabellings per group.
     seed
@@ -287,7 +291,10 @@ def permutation_test(
     _pairwise_only(distance, "permutation_test")
     reference = str(reference)
     wanted = None if groups is None else list(dict.fromkeys([*map(str, groups), reference]))
-    reading = _reading(obsm_key, layer, space, covariate_key, subset)
+    adata, reading = _reading(
+        adata, obsm_key, layer, space, covariate_key, subset, normalize, backed
+    )
+    covariate_key = reading["covariate_key"]
     rows: list[dict[str, Any]] = []
     index: list[Any] = []
     for cells in group_cells(adata, groupby, groups=wanted, **reading):

@@ -2,22 +2,19 @@
 
 ``run.json`` records the MD5 of the input file (``"md5:..."``), or of the values
 of data given in memory (``"md5-memory:..."``), so that runs on the same data can
-be told apart from runs on different data. A file is hashed in a background
-thread at the lowest priority: hashing releases the interpreter lock, and the
-program begins it before its own imports (:func:`begin_input_checksum`), so that
-it runs on the core that importing and reading leave idle.
+be told apart from runs on different data. The run that loads the input starts
+its checksum (:func:`start_input_checksum`) and holds the :class:`PendingChecksum`
+it gets: a file is hashed in a background thread at the lowest priority while
+the run reads and evaluates it.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import hashlib
 import os
-import stat
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,12 +22,8 @@ import numpy as np
 __all__ = [
     "ChecksumCancelled",
     "PendingChecksum",
-    "begin_input_checksum",
-    "cancel_unclaimed_checksums",
     "dataset_checksum",
     "file_checksum",
-    "start_dataset_checksum",
-    "start_file_checksum",
     "start_input_checksum",
 ]
 
@@ -90,163 +83,87 @@ def dataset_checksum(dataset: Any) -> str:
 
 
 class PendingChecksum:
-    """The checksum of a run's input, computed in the background or on demand.
+    """The checksum of a run's input, computed in a background thread or on demand.
 
-    Call it for the value (waiting if need be; an error of the hash is raised
-    then). :meth:`cancel` stops a file's hash at its next chunk, for a run that
-    ends before it needs the value.
+    The run that starts it owns it: calling it gives the value (waiting if need
+    be; an error of the hash is raised then), and :meth:`cancel` stops a file's
+    hash at its next chunk, for a run that ends before it needs the value.
+
+    Parameters
+    ----------
+    compute
+        Computes the checksum; it is given the stop event to check between chunks.
+    background
+        Compute it now in a daemon thread of the lowest priority (a file's hash),
+        rather than when the value is asked for (data in memory, whose hash reads
+        the matrix the run is using).
+
     """
 
-    def __init__(
-        self,
-        value: Callable[[], str],
-        stop: threading.Event | None = None,
-        path: Path | None = None,
-    ) -> None:
-        self._value = value
-        self._stop = stop
-        #: The file hashed in the background, if any.
-        self.path = path
+    def __init__(self, compute: Callable[[threading.Event], str], background: bool) -> None:
+        self._compute = compute
+        self._stop = threading.Event()
+        self._outcome: list[str | BaseException] = []
+        self._thread: threading.Thread | None = None
+        if background:
+            # A daemon: a run that fails or is interrupted does not wait for the hash.
+            self._thread = threading.Thread(
+                target=self._run, name="scperteval-checksum", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        _lower_thread_priority()  # a thread of its own, made for this checksum
+        try:
+            self._outcome.append(self._compute(self._stop))
+        except BaseException as exc:  # noqa: BLE001 - raised to whoever asks for the value
+            self._outcome.append(exc)
 
     def __call__(self) -> str:
         """The checksum, once computed."""
-        return self._value()
+        if self._thread is None:
+            return self._compute(self._stop)
+        self._thread.join()
+        outcome = self._outcome[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     def cancel(self) -> None:
         """Stop a background hash; its value can no longer be asked for."""
-        if self._stop is not None:
-            self._stop.set()
+        self._stop.set()
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called."""
+        return self._stop.is_set()
 
 
-def start_file_checksum(path: str | os.PathLike[str]) -> PendingChecksum:
-    """Begin the MD5 of a file in a background thread of the lowest priority.
+def start_input_checksum(data: Any) -> PendingChecksum:
+    """Begin the checksum of a run's input; the returned object gives its value when called.
 
-    Hashing releases the GIL: started before the file is read, the hash runs on
-    the core that reading and importing leave idle (a 900 MB file takes a core
-    for one to two seconds) instead of competing with the evaluation later. On
-    Linux the thread has the lowest priority, so that whatever it still has to do
-    when the evaluation starts runs only on idle cycles.
-
-    Parameters
-    ----------
-    path
-        The input file.
-
-    Returns
-    -------
-    PendingChecksum
-        Its value is ``"md5:" + file_checksum(path)``; :attr:`PendingChecksum.path`
-        is the path hashed.
-
-    """
-    stop = threading.Event()
-    pool = cf.ThreadPoolExecutor(1, thread_name_prefix="scperteval-checksum")
-    future = pool.submit(_background_file_checksum, path, stop)
-    pool.shutdown(wait=False)
-    return PendingChecksum(future.result, stop, Path(path))
-
-
-def start_dataset_checksum(dataset: Any, started: PendingChecksum | None = None) -> PendingChecksum:
-    """Begin :func:`dataset_checksum`; the returned object gives its value when called.
-
-    A file is hashed in a background thread (:func:`start_file_checksum`). Data in
-    memory is hashed when the value is asked for.
-
-    Parameters
-    ----------
-    dataset
-        A :class:`~scperteval.data.dataset.Dataset`.
-    started
-        A hash begun before the dataset was opened: used when it is of the
-        dataset's file, cancelled otherwise.
-
-    Returns
-    -------
-    PendingChecksum
-        Called without arguments, returns the checksum.
-
-    """
-    if started is not None:
-        if dataset.path is not None and started.path == dataset.path:
-            return started
-        started.cancel()
-    if dataset.path is None:
-        return PendingChecksum(lambda: dataset_checksum(dataset))
-    return start_file_checksum(dataset.path)
-
-
-def start_input_checksum(data: Any) -> PendingChecksum | None:
-    """The background hash of ``data`` when it is a file path; else ``None``.
-
-    A hash of the same unchanged file begun earlier in the process (the program
-    begins it before its imports) and not yet claimed is handed over instead of
-    starting another.
+    A file (a path, or a :class:`~scperteval.data.dataset.Dataset` read from one)
+    is hashed in a background thread at the lowest priority: hashing releases the
+    interpreter lock, so started before the file is read, it runs on the core
+    that reading leaves idle (a 900 MB file takes a core for one to two seconds),
+    and whatever remains when the evaluation starts runs on idle cycles only.
+    Data in memory is hashed (:func:`dataset_checksum`) when the value is asked for.
 
     Parameters
     ----------
     data
-        What a run was given as its dataset: a path or an object in memory.
+        A path to the input file, or an open Dataset.
 
     Returns
     -------
-    PendingChecksum or None
-        Hand it to :func:`start_dataset_checksum` once the dataset is open, or
-        cancel it if opening fails.
+    PendingChecksum
+        ``"md5:" + file_checksum(path)`` for a file, else ``dataset_checksum(data)``.
 
     """
-    identity = _file_identity(data)
-    if identity is None:
-        return None
-    with _UNCLAIMED_LOCK:
-        pending = _UNCLAIMED.pop(identity, None)
-    return pending or start_file_checksum(data)
-
-
-def begin_input_checksum(data: Any) -> None:
-    """Begin :func:`start_input_checksum` of ``data`` now, for a run that claims it later.
-
-    Parameters
-    ----------
-    data
-        The dataset a run will be given.
-
-    """
-    identity = _file_identity(data)
-    if identity is None:
-        return
-    # An unclaimed hash of the same file is taken over rather than started again.
-    pending = start_input_checksum(data)
-    if pending is not None:
-        with _UNCLAIMED_LOCK:
-            _UNCLAIMED[identity] = pending
-
-
-def _file_identity(data: Any) -> tuple[str, int, int] | None:
-    """A regular file's resolved path, size and modification time; ``None`` otherwise."""
-    if not isinstance(data, (str, os.PathLike)):
-        return None
-    try:
-        key = os.path.realpath(data)
-        status = os.stat(key)
-    except (OSError, ValueError):
-        return None
-    if not stat.S_ISREG(status.st_mode):
-        return None
-    return key, status.st_size, status.st_mtime_ns
-
-
-def cancel_unclaimed_checksums() -> None:
-    """Cancel the hashes begun by :func:`begin_input_checksum` that no run claimed."""
-    with _UNCLAIMED_LOCK:
-        pending = list(_UNCLAIMED.values())
-        _UNCLAIMED.clear()
-    for checksum in pending:
-        checksum.cancel()
-
-
-def _background_file_checksum(path: str | os.PathLike[str], stop: threading.Event) -> str:
-    _lower_thread_priority()  # the pool's only thread, made for this checksum
-    return "md5:" + file_checksum(path, stop=stop)
+    path = data if isinstance(data, (str, os.PathLike)) else data.path
+    if path is None:
+        return PendingChecksum(lambda stop: dataset_checksum(data), background=False)
+    return PendingChecksum(lambda stop: "md5:" + file_checksum(path, stop=stop), background=True)
 
 
 def _lower_thread_priority() -> bool:
@@ -271,8 +188,3 @@ def _lower_thread_priority() -> bool:
     except (AttributeError, OSError):
         return False
     return True
-
-
-#: Hashes begun ahead of a run, by file (resolved path, size, modification time).
-_UNCLAIMED: dict[tuple[str, int, int], PendingChecksum] = {}
-_UNCLAIMED_LOCK = threading.Lock()

@@ -5,7 +5,7 @@ the gene names, each row's perturbation label and, when the truth has one, its
 covariate. Accepted forms, in Python and as files on the command line:
 
 - an AnnData of predicted cells or pseudobulk rows (in memory or ``.h5ad``, read
-  without anndata where it can: :mod:`scperteval.data.h5ad`),
+  by :func:`~scperteval.data.h5ad.open_h5ad`),
   labelled by the truth's perturbation column in ``obs`` (or, failing that, by
   ``obs_names`` when they are the truth's perturbation labels);
 - a table with one row per perturbation and one column per gene: a
@@ -32,7 +32,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scperteval.data.dataset import Dataset
-from scperteval.data.h5ad import is_annotated_data, read_h5ad
+from scperteval.data.h5ad import is_annotated_data, open_h5ad
 from scperteval.data.labels import listing
 from scperteval.errors import DatasetError
 
@@ -166,7 +166,7 @@ def _read_file(path: Path, where: str, dataset: Dataset) -> PredictionTable:
     described = f"{form} {path}"
     try:
         if suffix == ".h5ad":
-            return _from_anndata(read_h5ad(path), described, where, dataset)
+            return _from_anndata(open_h5ad(path), described, where, dataset)
         if suffix in (".csv", ".tsv"):
             frame = pd.read_csv(
                 path, sep="," if suffix == ".csv" else "\t", float_precision="round_trip"

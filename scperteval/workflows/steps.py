@@ -35,11 +35,7 @@ from scperteval.errors import DatasetError, SpecError
 from scperteval.outputs import check_output_folder
 from scperteval.progress import progress_bar
 from scperteval.runinfo import Timer
-from scperteval.runinfo.checksums import (
-    PendingChecksum,
-    start_dataset_checksum,
-    start_input_checksum,
-)
+from scperteval.runinfo.checksums import PendingChecksum, start_input_checksum
 from scperteval.stats.de_methods import DE_METHODS
 from scperteval.stats.de_tables import read_de_table
 
@@ -148,9 +144,9 @@ def load_and_hash(
 ) -> tuple[Dataset, PendingChecksum | None]:
     """Open the dataset (step ``load``) while its file is hashed in the background.
 
-    The hash of a file starts before the file is read, on the core the reading
-    leaves idle (or is the one the program began before its imports); it is
-    cancelled if the dataset cannot be opened or fails ``check``.
+    The hash of a file given by path starts before the file is read, on the core
+    the reading leaves idle; it is cancelled if the dataset cannot be opened or
+    fails ``check``. The job owns the returned checksum.
 
     Parameters
     ----------
@@ -171,17 +167,20 @@ def load_and_hash(
         The dataset, and its pending checksum (``None`` without ``checksum``).
 
     """
-    early = start_input_checksum(data) if checksum else None
+    from_path = checksum and isinstance(data, (str, os.PathLike))
+    pending = start_input_checksum(data) if from_path else None
     try:
         with timer.step("load"):
             dataset = load_dataset(data, **dataset_options)
         if check is not None:
             check(dataset)
     except BaseException:
-        if early is not None:
-            early.cancel()
+        if pending is not None:
+            pending.cancel()
         raise
-    return dataset, start_dataset_checksum(dataset, early) if checksum else None
+    if checksum and pending is None:
+        pending = start_input_checksum(dataset)
+    return dataset, pending
 
 
 def build_engine(
