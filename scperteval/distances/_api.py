@@ -13,7 +13,7 @@ from scperteval.distances._base import Distance, Group, resolve_distance
 from scperteval.distances._features import ALL, GroupedCells, group_cells
 from scperteval.distances._kernel import PairKernelDistance
 from scperteval.errors import DatasetError, SpecError
-from scperteval.kernels.threads import kernel_threads
+from scperteval.kernels.threads import Threads, available_cores
 
 __all__ = ["onesided", "pairwise"]
 
@@ -59,11 +59,9 @@ def _stack(measure: PairKernelDistance, groups: Sequence[Group]) -> tuple[np.nda
 
 
 def _batched_table(
-    measure: PairKernelDistance, groups: Sequence[Group], n_jobs: int | None
+    measure: PairKernelDistance, groups: Sequence[Group], n_jobs: int | None, threads: Threads
 ) -> np.ndarray:
     """The symmetric table, each row's cross sums from one batched call."""
-    from scperteval.metrics.population import single_threaded_blas
-
     stacked, offsets = _stack(measure, groups)
     count = len(groups)
     table = np.zeros((count, count))
@@ -79,20 +77,18 @@ def _batched_table(
             )
             table[i, j] = table[j, i] = value
 
-    with single_threaded_blas():
+    with threads.single_threaded_blas():
         _run(list(range(count)), row, n_jobs)
     return table
 
 
 def _batched_column(
-    measure: PairKernelDistance, groups: Sequence[Group], reference: Group
+    measure: PairKernelDistance, groups: Sequence[Group], reference: Group, threads: Threads
 ) -> list[float]:
     """``d(group, reference)`` for every group, the cross sums from one batched call."""
-    from scperteval.metrics.population import single_threaded_blas
-
     stacked, offsets = _stack(measure, groups)
-    with single_threaded_blas():
-        sums = measure.cross_sums(reference, stacked, offsets[:-1], parallel=True)
+    with threads.single_threaded_blas():
+        sums = measure.cross_sums(reference, stacked, offsets[:-1], threads)
     within_y, diag_y = measure.within(reference)
     values = []
     for k, group in enumerate(groups):
@@ -106,7 +102,7 @@ def _batched_column(
 
 
 def _run(tasks: Sequence[Any], function: Any, n_jobs: int | None) -> list[Any]:
-    workers = kernel_threads() if n_jobs is None else max(1, int(n_jobs))
+    workers = available_cores() if n_jobs is None else max(1, int(n_jobs))
     if workers <= 1 or len(tasks) <= 1:
         return [function(task) for task in tasks]
     with cf.ThreadPoolExecutor(workers, thread_name_prefix="scperteval-distance") as pool:
@@ -203,6 +199,7 @@ def pairwise(
     distance = resolve_distance(metric)
     _pairwise_only(distance, "pairwise")
     reading = _reading(obsm_key, layer, space, covariate_key, subset)
+    threads = Threads()
     frames = []
     for cells in _read(adata, groupby, groups, reading):
         by_label = _groups_of(cells)
@@ -216,7 +213,7 @@ def pairwise(
             if i != j and (i < j or not measure.symmetric)
         ]
         if _batchable(measure):
-            table = _batched_table(measure, [by_label[g] for g in labels], n_jobs)  # type: ignore[arg-type]
+            table = _batched_table(measure, [by_label[g] for g in labels], n_jobs, threads)  # type: ignore[arg-type]
         else:
             tasks = [(measure, by_label[labels[i]], by_label[labels[j]]) for i, j in pairs]
             values = _run(tasks, _between, n_jobs)
@@ -301,6 +298,7 @@ def onesided(
     reference = str(reference)
     wanted = None if groups is None else list(dict.fromkeys([*map(str, groups), reference]))
     reading = _reading(obsm_key, layer, space, covariate_key, subset)
+    threads = Threads()
     parts = []
     for cells in _read(adata, groupby, wanted, reading):
         if reference not in cells.cells:
@@ -320,6 +318,7 @@ def onesided(
                 measure,  # type: ignore[arg-type]
                 [by_label[g] for g in others],
                 by_label[reference],
+                threads,
             )
             value_of = dict(zip(others, values, strict=True))
         else:

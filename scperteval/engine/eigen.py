@@ -36,7 +36,7 @@ import scipy.linalg as sla
 
 from scperteval.kernels.blas import symmetric_product, symmetric_rank_2k_update
 from scperteval.kernels.lapack import band_eigenvalues, band_lu, band_lu_solve, blocked_qr
-from scperteval.metrics.population import single_threaded_blas
+from scperteval.kernels.threads import Threads
 
 __all__ = ["leading_eigenpairs"]
 
@@ -69,7 +69,9 @@ class _Panel:
     triangular: np.ndarray
 
 
-def leading_eigenpairs(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def leading_eigenpairs(
+    matrix: np.ndarray, k: int, threads: Threads | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` largest eigenvalues of a symmetric matrix and their eigenvectors.
 
     Parameters
@@ -79,6 +81,8 @@ def leading_eigenpairs(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarr
         symmetric matrix (the upper triangle is ignored). It may be overwritten.
     k
         Number of eigenpairs, ``1 <= k <= n``.
+    threads
+        The run's threads, which hold BLAS to one thread (its own when omitted).
 
     Returns
     -------
@@ -104,7 +108,7 @@ def leading_eigenpairs(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarr
         raise ValueError(f"k must be between 1 and {order}, got {k}")
     if matrix.dtype != np.float64 or not matrix.flags.f_contiguous:
         raise ValueError("the matrix must be a float64 array in Fortran order")
-    with single_threaded_blas():
+    with (threads or Threads()).single_threaded_blas():
         return _leading_eigenpairs(matrix, k)
 
 

@@ -27,14 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from scperteval.engine.eigen import leading_eigenpairs
-from scperteval.kernels.threads import (
-    claim_cores_when_parallel,
-    dealt_back_and_forth,
-    even_bounds,
-    kernel_threads,
-    run_ranges,
-)
-from scperteval.metrics.population import single_threaded_blas
+from scperteval.kernels.threads import Threads, dealt_back_and_forth
 
 __all__ = ["SampleRows", "principal_axes"]
 
@@ -104,7 +97,12 @@ def _whole(sample: Any) -> Any:
 
 
 def _dense_rows(
-    sample: Any, start: int, stop: int, offset: np.ndarray, out: np.ndarray | None = None
+    sample: Any,
+    start: int,
+    stop: int,
+    offset: np.ndarray,
+    threads: Threads,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Rows ``start:stop`` of the sample, dense in float64, minus ``offset``.
 
@@ -127,7 +125,7 @@ def _dense_rows(
             add_csr_rows(indptr[first : last + 1], indices, data, rows)
             rows -= offset
 
-        run_ranges(fill, even_bounds(n_rows, kernel_threads()))
+        threads.run_ranges(fill, threads.even_bounds(n_rows, threads.count))
         return dense
     if sp.issparse(block):
         dense = block.astype(np.float64).toarray()
@@ -144,13 +142,15 @@ def _signed(components: np.ndarray) -> np.ndarray:
     return components * np.where(signs == 0, 1.0, signs)
 
 
-def _svd_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray:
-    dense = _dense_rows(_whole(sample), 0, sample.shape[0], offset)
+def _svd_axes(sample: Any, offset: np.ndarray, k: int, threads: Threads) -> np.ndarray:
+    dense = _dense_rows(_whole(sample), 0, sample.shape[0], offset, threads)
     _, _, vt = np.linalg.svd(dense, full_matrices=False)
     return np.ascontiguousarray(vt[:k].T)
 
 
-def _add_outer_products(gram: np.ndarray, factor: np.ndarray, transposed: bool) -> None:
+def _add_outer_products(
+    gram: np.ndarray, factor: np.ndarray, transposed: bool, threads: Threads
+) -> None:
     """``gram += factor @ factor.T`` (``factor.T @ factor`` if ``transposed``), lower half.
 
     The lower half is cut into column tiles of a fixed width, each one matrix
@@ -163,7 +163,7 @@ def _add_outer_products(gram: np.ndarray, factor: np.ndarray, transposed: bool) 
     size = gram.shape[0]
     starts = list(range(0, size, GRAM_TILE))
 
-    n_ranges = max(1, min(kernel_threads(), len(starts)))
+    n_ranges = max(1, min(threads.count, len(starts)))
     # Earlier tiles hold more of the lower half: dealt back and forth, the work is even.
     dealt = dealt_back_and_forth(len(starts), n_ranges)
 
@@ -175,7 +175,7 @@ def _add_outer_products(gram: np.ndarray, factor: np.ndarray, transposed: bool) 
                 # the Gram matrix: adding it then reads both in memory order.
                 gram[start:, start:end] += (left[start:end] @ left[start:].T).T
 
-    run_ranges(tiles, even_bounds(n_ranges, n_ranges))
+    threads.run_ranges(tiles, threads.even_bounds(n_ranges, n_ranges))
 
 
 def _lower_half_matrix(size: int) -> np.ndarray:
@@ -196,38 +196,44 @@ def _lower_half_matrix(size: int) -> np.ndarray:
     return np.frombuffer(buffer, dtype=np.float64).reshape((size, size), order="F")
 
 
-def _top_eigenvectors(gram: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _top_eigenvectors(
+    gram: np.ndarray, k: int, threads: Threads
+) -> tuple[np.ndarray, np.ndarray] | None:
     """Top ``k`` eigenpairs, largest first; ``None`` if the top ``k`` include zeros."""
-    values, vectors = leading_eigenpairs(gram, k)
+    values, vectors = leading_eigenpairs(gram, k, threads)
     if values[-1] <= _RANK_RTOL * max(values[0], 0.0) or values[0] <= 0:
         return None
     return values, vectors
 
 
-def _gene_gram_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray | None:
+def _gene_gram_axes(
+    sample: Any, offset: np.ndarray, k: int, threads: Threads
+) -> np.ndarray | None:
     n_cells, n_genes = sample.shape
     gram = _lower_half_matrix(n_genes)
     rows = _dense_block_rows(n_genes)
     buffer = np.empty((min(rows, n_cells), n_genes))
-    with claim_cores_when_parallel():
+    with threads.claim_cores_when_parallel():
         for start in range(0, n_cells, rows):
-            block = _dense_rows(sample, start, min(start + rows, n_cells), offset, buffer)
-            _add_outer_products(gram, block.T, transposed=False)
-    top = _top_eigenvectors(gram, k)
+            block = _dense_rows(sample, start, min(start + rows, n_cells), offset, threads, buffer)
+            _add_outer_products(gram, block.T, False, threads)
+    top = _top_eigenvectors(gram, k, threads)
     return None if top is None else np.ascontiguousarray(top[1])
 
 
-def _cell_gram_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray | None:
+def _cell_gram_axes(
+    sample: Any, offset: np.ndarray, k: int, threads: Threads
+) -> np.ndarray | None:
     sample = _whole(sample)
     n_cells, n_genes = sample.shape
     columns = max(1, BLOCK_BYTES // (8 * n_cells))
     by_columns = sample.tocsc() if sp.issparse(sample) else sample
     gram = _lower_half_matrix(n_cells)
-    with claim_cores_when_parallel():
+    with threads.claim_cores_when_parallel():
         for start in range(0, n_genes, columns):
             block = _dense_columns(by_columns, start, min(start + columns, n_genes), offset)
-            _add_outer_products(gram, block.T, transposed=True)
-    top = _top_eigenvectors(gram, k)
+            _add_outer_products(gram, block.T, True, threads)
+    top = _top_eigenvectors(gram, k, threads)
     if top is None:
         return None
     values, left = top
@@ -248,7 +254,9 @@ def _dense_columns(sample: Any, start: int, stop: int, offset: np.ndarray) -> np
     return dense
 
 
-def principal_axes(sample: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+def principal_axes(
+    sample: Any, k: int, threads: Threads | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The first ``k`` principal axes of a sample and its mean.
 
     Parameters
@@ -260,6 +268,9 @@ def principal_axes(sample: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
     k
         Number of axes wanted; fewer are returned when the sample has fewer cells or
         genes.
+    threads
+        The run's kernel threads, whose core claim the Gram matrix holds (its own
+        for the call when omitted).
 
     Returns
     -------
@@ -270,20 +281,21 @@ def principal_axes(sample: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
         The sample's mean per gene (the centre of the projection).
 
     """
-    with single_threaded_blas():
-        return _principal_axes(sample, k)
+    threads = threads or Threads()
+    with threads.single_threaded_blas():
+        return _principal_axes(sample, k, threads)
 
 
-def _principal_axes(sample: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _principal_axes(sample: Any, k: int, threads: Threads) -> tuple[np.ndarray, np.ndarray]:
     n_cells, n_genes = sample.shape
     offset = _column_means(sample)
     n_components = min(int(k), n_cells, n_genes)
     axes: np.ndarray | None = None
     if min(n_cells, n_genes) > SMALL_SIDE and n_components < min(n_cells, n_genes):
         if n_genes <= n_cells:
-            axes = _gene_gram_axes(sample, offset, n_components)
+            axes = _gene_gram_axes(sample, offset, n_components, threads)
         else:
-            axes = _cell_gram_axes(sample, offset, n_components)
+            axes = _cell_gram_axes(sample, offset, n_components, threads)
     if axes is None:
-        axes = _svd_axes(sample, offset, n_components)
+        axes = _svd_axes(sample, offset, n_components, threads)
     return _signed(axes), offset

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
@@ -75,7 +74,6 @@ def make_view(
     return _de_view(engine, condition, source, space, None if cache_key is None else str(cache_key))
 
 
-@functools.lru_cache(maxsize=512)
 def space_is_shared(spec: str) -> bool:
     """Whether a space spec is the same for every condition of a covariate group."""
     return not space_is_per_condition(spec)
