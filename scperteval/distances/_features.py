@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -27,8 +28,10 @@ __all__ = ["ALL", "GroupedCells", "SPACE_NAMES", "group_cells"]
 #: The covariate label used when no covariate column is given.
 ALL = "all"
 #: Spaces fitted from the expression matrix, with their options.
-SPACE_NAMES: dict[str, tuple[str, ...]] = {"pca": ("k",), "hvg": ("k",), "full": ()}
-_DEFAULT_K = {"pca": 50, "hvg": 2000}
+SPACE_NAMES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"pca": ("k",), "hvg": ("k",), "full": ()}
+)
+_DEFAULT_K = MappingProxyType({"pca": 50, "hvg": 2000})
 
 
 @dataclass

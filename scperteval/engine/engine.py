@@ -23,7 +23,6 @@ from scperteval.stats.diffexp import DEResult
 from scperteval.stats.groups import GroupStats, merge_groups, subtract_group
 
 if TYPE_CHECKING:
-    from scperteval.engine.distributed import ClusterSession
     from scperteval.engine.featuremap import FeatureMap
     from scperteval.kernels.threads import Threads
 
@@ -117,8 +116,9 @@ class Engine:
         #: Sums over pairs that the run's population protocols will ask for, by space
         #: (see :mod:`scperteval.engine.fastpath`).
         self.pair_plan: dict[str, frozenset[Any]] = {}
-        #: The engine's session on a dask cluster, once it was shipped to one.
-        self.cluster_session: ClusterSession | None = None
+        #: The engine's :class:`~scperteval.engine.distributed.ClusterSession` on a dask
+        #: cluster, once it was shipped to one.
+        self.cluster_session: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         # A cluster session belongs to the process that holds its client.

@@ -206,9 +206,7 @@ def _top_eigenvectors(
     return values, vectors
 
 
-def _gene_gram_axes(
-    sample: Any, offset: np.ndarray, k: int, threads: Threads
-) -> np.ndarray | None:
+def _gene_gram_axes(sample: Any, offset: np.ndarray, k: int, threads: Threads) -> np.ndarray | None:
     n_cells, n_genes = sample.shape
     gram = _lower_half_matrix(n_genes)
     rows = _dense_block_rows(n_genes)
@@ -221,9 +219,7 @@ def _gene_gram_axes(
     return None if top is None else np.ascontiguousarray(top[1])
 
 
-def _cell_gram_axes(
-    sample: Any, offset: np.ndarray, k: int, threads: Threads
-) -> np.ndarray | None:
+def _cell_gram_axes(sample: Any, offset: np.ndarray, k: int, threads: Threads) -> np.ndarray | None:
     sample = _whole(sample)
     n_cells, n_genes = sample.shape
     columns = max(1, BLOCK_BYTES // (8 * n_cells))

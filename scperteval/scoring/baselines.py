@@ -236,9 +236,7 @@ def _svd_embedding(deltas: np.ndarray) -> np.ndarray:
 _GRAM_EIGENVALUE_FLOOR = 1e-8
 
 
-def _loo_embedding(
-    group: _LinearGroup, left_out: int, threads: Threads
-) -> np.ndarray | None:
+def _loo_embedding(group: _LinearGroup, left_out: int, threads: Threads) -> np.ndarray | None:
     """The embedding without one condition, from the group's Gram matrix; ``None``: use the SVD.
 
     With ``A`` the group's centred changes and ``a`` the left-out row, the others
