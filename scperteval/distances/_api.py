@@ -13,7 +13,7 @@ from scperteval.distances._base import Distance, Group, resolve_distance
 from scperteval.distances._features import ALL, GroupedCells, group_cells
 from scperteval.distances._kernel import PairKernelDistance
 from scperteval.errors import DatasetError, SpecError
-from scperteval.kernels.threads import Threads, available_cores
+from scperteval.kernels.threads import available_cores
 
 __all__ = ["onesided", "pairwise"]
 
@@ -59,7 +59,7 @@ def _stack(measure: PairKernelDistance, groups: Sequence[Group]) -> tuple[np.nda
 
 
 def _batched_table(
-    measure: PairKernelDistance, groups: Sequence[Group], n_jobs: int | None, threads: Threads
+    measure: PairKernelDistance, groups: Sequence[Group], n_jobs: int | None
 ) -> np.ndarray:
     """The symmetric table, each row's cross sums from one batched call."""
     stacked, offsets = _stack(measure, groups)
@@ -77,18 +77,18 @@ def _batched_table(
             )
             table[i, j] = table[j, i] = value
 
-    with threads.single_threaded_blas():
+    with measure.threads.single_threaded_blas():
         _run(list(range(count)), row, n_jobs)
     return table
 
 
 def _batched_column(
-    measure: PairKernelDistance, groups: Sequence[Group], reference: Group, threads: Threads
+    measure: PairKernelDistance, groups: Sequence[Group], reference: Group
 ) -> list[float]:
     """``d(group, reference)`` for every group, the cross sums from one batched call."""
     stacked, offsets = _stack(measure, groups)
-    with threads.single_threaded_blas():
-        sums = measure.cross_sums(reference, stacked, offsets[:-1], threads)
+    with measure.threads.single_threaded_blas():
+        sums = measure.cross_sums(reference, stacked, offsets[:-1], measure.threads)
     within_y, diag_y = measure.within(reference)
     values = []
     for k, group in enumerate(groups):
@@ -199,7 +199,6 @@ def pairwise(
     distance = resolve_distance(metric)
     _pairwise_only(distance, "pairwise")
     reading = _reading(obsm_key, layer, space, covariate_key, subset)
-    threads = Threads()
     frames = []
     for cells in _read(adata, groupby, groups, reading):
         by_label = _groups_of(cells)
@@ -213,7 +212,7 @@ def pairwise(
             if i != j and (i < j or not measure.symmetric)
         ]
         if _batchable(measure):
-            table = _batched_table(measure, [by_label[g] for g in labels], n_jobs, threads)  # type: ignore[arg-type]
+            table = _batched_table(measure, [by_label[g] for g in labels], n_jobs)  # type: ignore[arg-type]
         else:
             tasks = [(measure, by_label[labels[i]], by_label[labels[j]]) for i, j in pairs]
             values = _run(tasks, _between, n_jobs)
@@ -298,7 +297,6 @@ def onesided(
     reference = str(reference)
     wanted = None if groups is None else list(dict.fromkeys([*map(str, groups), reference]))
     reading = _reading(obsm_key, layer, space, covariate_key, subset)
-    threads = Threads()
     parts = []
     for cells in _read(adata, groupby, wanted, reading):
         if reference not in cells.cells:
@@ -318,7 +316,6 @@ def onesided(
                 measure,  # type: ignore[arg-type]
                 [by_label[g] for g in others],
                 by_label[reference],
-                threads,
             )
             value_of = dict(zip(others, values, strict=True))
         else:

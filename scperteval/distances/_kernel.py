@@ -223,8 +223,8 @@ class EnergyDistance(PairKernelDistance):
             spread = float(x.variance().sum() + y.variance().sum())
             return x.n * y.n * (float(gap @ gap) + spread), 0.0
         if y is None:
-            return 2.0 * pair_sums(x.centred, None, [SQRT])[0], 0.0
-        return pair_sums(x.centred, y.centred, [SQRT])[0], 0.0
+            return 2.0 * pair_sums(x.centred, None, [SQRT], threads=self.threads)[0], 0.0
+        return pair_sums(x.centred, y.centred, [SQRT], threads=self.threads)[0], 0.0
 
     def combine(
         self,

@@ -147,10 +147,11 @@ def _de_view(
     if source.moments is not None:
         moments = source.moments
         overestimate = engine.context.de_method == "t-test_overestim_var"
-        statistic = welch_statistic_between(moments, rest, overestimate)[0]
+        statistic = welch_statistic_between(moments, rest, overestimate, engine.threads)[0]
 
         def all_genes() -> np.ndarray:
-            return np.asarray(adjust_pvalues(welch_between(moments, rest, overestimate)[1])[0])
+            pvalues = welch_between(moments, rest, overestimate, engine.threads)[1]
+            return np.asarray(adjust_pvalues(pvalues, threads=engine.threads)[0])
 
         def adjusted_pvalues() -> np.ndarray:
             if cache_key is None:
@@ -205,6 +206,7 @@ def metric_context(
         target_features=space.positions_of(engine.target_genes(condition)),
         seed=engine.seed,
         device=engine.device,
+        threads=engine.threads,
     )
 
 

@@ -658,6 +658,12 @@ def mmd_from_sums(
     return (within_x + n) / (n * n) + (within_y + m) / (m * m) - 2.0 * cross / (n * m)
 
 
+def _threads_of(ctx: PerturbationContext | None) -> Threads:
+    """The run's threads of a metric call, or the call's own (one BLAS look-up per call)."""
+    threads = None if ctx is None else ctx.threads
+    return threads if threads is not None else Threads()
+
+
 def _check_sizes(n: int, m: int, unbiased: bool) -> None:
     needed = 2 if unbiased else 1
     if n < needed or m < needed:
@@ -700,7 +706,7 @@ def energy_distance(
     gt, pred
         Cells x features arrays (dense or scipy sparse) with the same features.
     ctx
-        Unused; accepted for the common metric signature.
+        The perturbation's context; its ``threads`` (a run's) hold BLAS to one thread.
     unbiased
         Use the unbiased within-sample terms.
 
@@ -720,9 +726,10 @@ def energy_distance(
     x, y = _cloud_pair(gt, pred)
     _check_sizes(x.shape[0], y.shape[0], unbiased)
     x, y = _centred(x, y)
-    (cross,) = pair_sums(x, y, [SQRT])
-    within_x = 2.0 * pair_sums(x, None, [SQRT])[0]
-    within_y = 2.0 * pair_sums(y, None, [SQRT])[0]
+    threads = _threads_of(ctx)
+    (cross,) = pair_sums(x, y, [SQRT], threads=threads)
+    within_x = 2.0 * pair_sums(x, None, [SQRT], threads=threads)[0]
+    within_y = 2.0 * pair_sums(y, None, [SQRT], threads=threads)[0]
     return energy_distance_from_sums(
         cross, within_x, within_y, x.shape[0], y.shape[0], unbiased=unbiased
     )
@@ -758,7 +765,7 @@ def mmd(
     gt, pred
         Cells x features arrays (dense or scipy sparse) with the same features.
     ctx
-        Unused; accepted for the common metric signature.
+        The perturbation's context; its ``threads`` (a run's) hold BLAS to one thread.
     bandwidth
         Kernel width ``sigma``. ``None`` (default) uses the median heuristic: the
         median of the Euclidean distances ``||z_i - z_j||`` over pairs ``i < j`` of
@@ -788,19 +795,20 @@ def mmd(
     """
     x, y = _cloud_pair(gt, pred)
     _check_sizes(x.shape[0], y.shape[0], unbiased)
+    threads = _threads_of(ctx)
     if bandwidth is None:
-        sigma = median_pairwise_distance(np.vstack([x, y])) or 1.0
+        sigma = median_pairwise_distance(np.vstack([x, y]), threads=threads) or 1.0
     elif bandwidth == "truth":
-        sigma = median_pairwise_distance(x) or 1.0
+        sigma = median_pairwise_distance(x, threads=threads) or 1.0
     elif isinstance(bandwidth, str):
         raise ValueError(f"bandwidth must be None, 'truth' or a number, got {bandwidth!r}")
     else:
         sigma = _check_bandwidth(bandwidth)
     x, y = _centred(x, y)
     kernel = rbf_transform(sigma)
-    (cross,) = pair_sums(x, y, [kernel])
-    within_x = 2.0 * pair_sums(x, None, [kernel])[0]
-    within_y = 2.0 * pair_sums(y, None, [kernel])[0]
+    (cross,) = pair_sums(x, y, [kernel], threads=threads)
+    within_x = 2.0 * pair_sums(x, None, [kernel], threads=threads)[0]
+    within_y = 2.0 * pair_sums(y, None, [kernel], threads=threads)[0]
     return mmd_from_sums(cross, within_x, within_y, x.shape[0], y.shape[0], unbiased=unbiased)
 
 

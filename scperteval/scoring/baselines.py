@@ -109,7 +109,8 @@ def cell_eval_mean_baseline(engine: Engine, condition: int) -> SourceData:
     centre = engine.memo(("baseline", CELL_EVAL_MEAN, covariate), profile)
     n_cells = engine.positions(condition, "all").size
     rows = np.tile(centre, (n_cells, 1))
-    moments = GroupStats.from_chunk(rows, np.zeros(n_cells, dtype=np.int64), 1)
+    codes = np.zeros(n_cells, dtype=np.int64)
+    moments = GroupStats.from_chunk(rows, codes, 1, engine.threads.serial())
     return SourceData(centroid=centre, rows=rows, moments=moments)
 
 
