@@ -178,7 +178,7 @@ def _pair_tiles(
     y: Float64Array | None,
     want_root: bool,
     max_block_bytes: int,
-    threads: Threads | None,
+    threads: Threads | None = None,
 ) -> Iterator[tuple[Float64Array, Float64Array | None, int, float]]:
     """Yield ``(d2, root, offset, bound)`` per tile of pairs, in a fixed order.
 
