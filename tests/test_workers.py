@@ -184,8 +184,8 @@ def test_dataset_tasks_waiting_for_a_large_fit_are_queued_after_the_others(monke
 def _two_kernel_threads(init):
     """``Threads.__init__`` giving a new run two kernel threads even on one core."""
 
-    def two(self, cores=None, **kwargs):
-        init(self, 2 if cores is None and not kwargs else cores, **kwargs)
+    def two(self, cores=None):
+        init(self, 2 if cores is None else cores)
 
     return two
 

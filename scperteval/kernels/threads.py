@@ -99,9 +99,10 @@ class Threads:
 
     """
 
-    def __init__(self, cores: int | None = None, *, _share: _RunShare | None = None) -> None:
-        self._share = _share if _share is not None else _RunShare(cores or available_cores())
-        self.count = self._share.cores if cores is None else max(1, int(cores))
+    def __init__(self, cores: int | None = None) -> None:
+        self._share = _RunShare(max(1, int(cores)) if cores else available_cores())
+        #: Threads a kernel may use (see :meth:`limited`).
+        self.count = self._share.cores
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pools and locks stay behind: a copy in another process is a run of its own
@@ -127,7 +128,10 @@ class Threads:
             A view sharing this run's pool, claims and locks.
 
         """
-        return Threads(max(1, int(threads)), _share=self._share)
+        # Not copy.copy: that pickles, which makes a new run (see __reduce__).
+        view = object.__new__(Threads)
+        view._share, view.count = self._share, max(1, int(threads))
+        return view
 
     def serial(self) -> Threads:
         """The same run's threads with every kernel kept on the calling thread.
