@@ -320,11 +320,11 @@ def timed(function: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - started, value
 
 
-def run_scperteval(dataset: Any, seed: int) -> tuple[float, float, Any]:
+def run_scperteval(dataset: Any, seed: int, threads: Any) -> tuple[float, float, Any]:
     """One scperteval step on a fresh Context: (group_stats s, de s, DEResult)."""
     from scperteval.context import Context
 
-    context = Context(dataset, seed=seed)
+    context = Context(dataset, seed=seed, threads=threads)
     t_stats, _ = timed(lambda: context.group_stats)
     t_de, result = timed(lambda: context.de(method="t-test", reference="rest", half="all"))
     return t_stats, t_de, result
@@ -407,26 +407,22 @@ def scipy_t(
 # --------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from scperteval.kernels.threads import limit_kernel_threads
+    from scperteval.kernels.threads import Threads
 
-    if args.threads is None:
-        return run(args)
-    with limit_kernel_threads(args.threads):
-        return run(args)
+    return run(args, Threads(args.threads))
 
 
-def run(args: argparse.Namespace) -> int:
-    """The whole benchmark, with the parsed arguments."""
+def run(args: argparse.Namespace, threads: Any) -> int:
+    """The whole benchmark, with the parsed arguments, on the run's kernel ``threads``."""
     import anndata as ad
 
     from scperteval.data.dataset import Dataset
-    from scperteval.kernels.threads import kernel_threads
 
     path = dataset_path(args)
     load_before = os.getloadavg()
     print(
         f"python {platform.python_version()}, {os.cpu_count()} CPUs, kernel threads "
-        f"{kernel_threads()}, load average {load_before[0]:.2f}"
+        f"{threads.count}, load average {load_before[0]:.2f}"
     )
     t_read, adata = timed(lambda: ad.read_h5ad(path))
     if not hasattr(adata.X, "indptr") or adata.X.format != "csr":
@@ -448,7 +444,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"Dataset(): {dataset.describe()} in {t_dataset:.2f} s (validation, not timed below)")
 
     # -------------------------------------------------------- warm-up, then timing
-    t_warm, (_, _, _) = timed(lambda: run_scperteval(dataset, args.seed))
+    t_warm, (_, _, _) = timed(lambda: run_scperteval(dataset, args.seed, threads))
     print(
         f"warm-up run (numba compile/cache load, imports): {t_warm:.2f} s; {kernel_cache_stats()}"
     )
@@ -465,7 +461,7 @@ def run(args: argparse.Namespace) -> int:
         result = None
         gc.collect()
         with PeakRSS() as mem:
-            t_stats, t_de, result = run_scperteval(dataset, args.seed)
+            t_stats, t_de, result = run_scperteval(dataset, args.seed, threads)
         sums.append(t_sum)
         stats_times.append(t_stats)
         de_times.append(t_de)
@@ -484,7 +480,7 @@ def run(args: argparse.Namespace) -> int:
     profile: dict[str, float] = {}
     if args.profile:
         try:
-            profile = profile_step(dataset, args.seed)
+            profile = profile_step(dataset, args.seed, threads)
         except Exception as exc:  # noqa: BLE001 - the profile uses package internals
             print(f"profile skipped, package internals changed? {type(exc).__name__}: {exc}")
 
@@ -555,7 +551,7 @@ def run(args: argparse.Namespace) -> int:
         "n_perturbations": n_pert,
         "size_x_bytes": size_x,
         "repeat": args.repeat,
-        "kernel_threads": kernel_threads(),
+        "kernel_threads": threads.count,
         "cpu_count": os.cpu_count(),
         "load_average": [load_before[0], load_after[0]],
         "seconds": {
@@ -689,7 +685,7 @@ def run_scanpy(
     }
 
 
-def profile_step(dataset: Any, seed: int) -> dict[str, float]:
+def profile_step(dataset: Any, seed: int, threads: Any) -> dict[str, float]:
     """Time the parts of the scperteval step (each on the same inputs as the package).
 
     Uses package internals (the kernel, ``chunk_cells``), mirrored from
@@ -711,7 +707,7 @@ def profile_step(dataset: Any, seed: int) -> dict[str, float]:
 
     layout_time, layout = timed(lambda: GroupLayout.build(dataset, seed))
     note("layout (GroupLayout.build, seeded halves)", layout_time)
-    context = Context(dataset, seed=seed)
+    context = Context(dataset, seed=seed, threads=threads)
     with PeakRSS() as mem:
         stats_time, _ = timed(lambda: context.group_stats)
     n_chunks = len(dataset.chunk_slices())
@@ -723,17 +719,17 @@ def profile_step(dataset: Any, seed: int) -> dict[str, float]:
     whole = copy.copy(dataset)
     whole.chunk_cells = max(dataset.n_cells, 1)
     with PeakRSS() as mem:
-        whole_time, _ = timed(lambda: Context(whole, seed=seed).group_stats)
+        whole_time, _ = timed(lambda: Context(whole, seed=seed, threads=threads).group_stats)
     note("  what-if: same with one chunk (chunk_cells >= n_cells)", whole_time, mem.increase)
     matrix = dataset.matrix()
     if hasattr(matrix, "indptr") and dataset.n_cells == matrix.shape[0] and not dataset.normalize:
         codes = layout.codes
         n_groups = layout.n_groups
-        chunk_time, _ = timed(lambda: GroupStats.from_chunk(matrix, codes, n_groups))
+        chunk_time, _ = timed(lambda: GroupStats.from_chunk(matrix, codes, n_groups, threads))
         note("  GroupStats.from_chunk on all of X", chunk_time)
     de_total, _ = timed(lambda: context.de(method="t-test", reference="rest", half="all"))
     note("ctx.de() total (fresh, group_stats cached)", de_total)
-    context2 = Context(dataset, seed=seed)
+    context2 = Context(dataset, seed=seed, threads=threads)
     context2.group_stats  # noqa: B018 - computed outside the timings below
     t, target = timed(lambda: context2.condition_stats("all"))
     note("  condition_stats('all') (merge_groups of the halves)", t)

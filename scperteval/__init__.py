@@ -7,6 +7,7 @@ Heavy dependencies (anndata, torch) are imported on first use, so that
 from __future__ import annotations
 
 import importlib
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from scperteval._version import __version__
@@ -38,19 +39,21 @@ __all__ = [
     "simulate_predictions",
 ]
 
-_LAZY = {
-    "Context": "scperteval.context",
-    "Dataset": "scperteval.data.dataset",
-    "de": "scperteval.workflows.de",
-    "load_dataset": "scperteval.data.load",
-    "simulate": "scperteval.simulation",
-    "simulate_predictions": "scperteval.simulation",
-    "Thresholds": "scperteval.engine.calibrators",
-    "PredictionArray": "scperteval.scoring.prediction_readers",
-    "calibrate": "scperteval.workflows.calibrate",
-    "score": "scperteval.workflows.score",
-    "report": "scperteval.workflows.report",
-}
+_LAZY = MappingProxyType(
+    {
+        "Context": "scperteval.context",
+        "Dataset": "scperteval.data.dataset",
+        "de": "scperteval.workflows.de",
+        "load_dataset": "scperteval.data.load",
+        "simulate": "scperteval.simulation",
+        "simulate_predictions": "scperteval.simulation",
+        "Thresholds": "scperteval.engine.calibrators",
+        "PredictionArray": "scperteval.scoring.prediction_readers",
+        "calibrate": "scperteval.workflows.calibrate",
+        "score": "scperteval.workflows.score",
+        "report": "scperteval.workflows.report",
+    }
+)
 
 
 def __getattr__(name: str) -> Any:

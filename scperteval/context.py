@@ -20,6 +20,7 @@ from scperteval._memo import Memo
 from scperteval.data.dataset import Dataset
 from scperteval.data.layout import HALVES, GroupLayout
 from scperteval.errors import SpecError
+from scperteval.kernels.threads import Threads
 from scperteval.metrics.weights import deg_weights_from_statistic
 from scperteval.stats.de_methods import DE_METHODS, WELCH_METHODS
 from scperteval.stats.de_tables import PrecomputedDE
@@ -51,6 +52,9 @@ class Context:
     progress
         Optional callback ``(done_cells, total_cells)`` called during the pass
         over the data.
+    threads
+        The run's kernel threads (:class:`~scperteval.kernels.threads.Threads`),
+        shared by the engine built on this context; new ones when omitted.
 
     """
 
@@ -62,6 +66,7 @@ class Context:
         deg_threshold: float = 0.05,
         weight_exponent: float = 2.0,
         progress: ProgressCallback | None = None,
+        threads: Threads | None = None,
     ) -> None:
         DE_METHODS.get(de_method)
         self.dataset = dataset
@@ -70,6 +75,7 @@ class Context:
         self.deg_threshold = float(deg_threshold)
         self.weight_exponent = float(weight_exponent)
         self.progress = progress
+        self.threads = threads or Threads()
         self._memo = Memo()
         self._de_tables: dict[tuple[str, str, str], PrecomputedDE] = {}
 
@@ -110,7 +116,7 @@ class Context:
 
     def _summarise(self, positions: slice, block: Any) -> GroupStats:
         layout = self.layout
-        return GroupStats.from_chunk(block, layout.codes[positions], layout.n_groups)
+        return GroupStats.from_chunk(block, layout.codes[positions], layout.n_groups, self.threads)
 
     def chunk_stats(self, positions: slice) -> GroupStats:
         """Statistics of one chunk of :meth:`Dataset.chunk_slices` (one task of a sharded pass).
@@ -152,7 +158,7 @@ class Context:
             return stats.select(slice(1, 2 * n_conditions, 2))
         labels = np.full(layout.n_groups, -1, dtype=np.int64)
         labels[: 2 * n_conditions] = np.repeat(np.arange(n_conditions), 2)
-        return merge_groups(stats, labels, n_conditions)
+        return merge_groups(stats, labels, n_conditions, self.threads)
 
     def control_stats(self) -> GroupStats:
         """Statistics of the control cells, one row per covariate group."""
@@ -167,13 +173,15 @@ class Context:
         layout = self.layout
         labels = np.full(layout.n_groups, -1, dtype=np.int64)
         labels[: 2 * layout.n_conditions] = np.repeat(layout.condition_covariate, 2)
-        return merge_groups(self.group_stats, labels, len(layout.covariates))
+        return merge_groups(self.group_stats, labels, len(layout.covariates), self.threads)
 
     def rest_stats(self) -> GroupStats:
         """Per condition, all other perturbed cells of its covariate group (leave-one-out)."""
         return self._memo.get(
             "rest_stats",
-            lambda: leave_one_out(self.condition_stats("all"), self.layout.condition_covariate),
+            lambda: leave_one_out(
+                self.condition_stats("all"), self.layout.condition_covariate, self.threads
+            ),
         )
 
     # ------------------------------------------------------------- centroids
@@ -256,8 +264,14 @@ class Context:
         target, ref = self._de_groups(reference, half)
         statistic, pvalue = DE_METHODS.get(method).func(self, target, ref, reference, half)
         if method in WELCH_METHODS:
-            return target, ref, statistic, None, benjamini_hochberg(pvalue, overwrite=True)
-        return target, ref, statistic, pvalue, benjamini_hochberg(pvalue)
+            return (
+                target,
+                ref,
+                statistic,
+                None,
+                benjamini_hochberg(pvalue, overwrite=True, threads=self.threads),
+            )
+        return target, ref, statistic, pvalue, benjamini_hochberg(pvalue, threads=self.threads)
 
     def de_origin(
         self, method: str | None = None, reference: str = "rest", half: str = "all"
@@ -325,7 +339,11 @@ class Context:
         # Raw p-values only serve tables written on request: a t-test gives them
         # again from the cached moments instead of holding them.
         overestimate = method == "t-test_overestim_var"
-        pvalue = partial(welch_pvalues_between, target, ref, overestimate) if raw is None else raw
+        pvalue = (
+            partial(welch_pvalues_between, target, ref, overestimate, self.threads)
+            if raw is None
+            else raw
+        )
         return DEResult(
             conditions=self.layout.conditions,
             genes=self.genes,

@@ -17,8 +17,6 @@ so a misspelt option fails before any computation starts.
 from __future__ import annotations
 
 import ast
-import copy
-import functools
 import inspect
 import numbers
 from collections.abc import Callable, Iterator, Mapping
@@ -88,11 +86,7 @@ def parse_spec(spec: Any) -> tuple[str | Callable[..., Any], dict[str, Any]]:
     if callable(spec):
         return spec, {}
     if isinstance(spec, str):
-        name, options = _parse_text_spec(spec)
-        # The caller gets its own options, and its own copy of a mutable value (a list).
-        if all(isinstance(value, _IMMUTABLE_LITERALS) for value in options.values()):
-            return name, dict(options)
-        return name, copy.deepcopy(options)
+        return _parse_text_spec(spec)
     if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], Mapping):
         return spec[0], dict(spec[1])
     if isinstance(spec, Mapping) and "name" in spec:
@@ -104,17 +98,8 @@ def parse_spec(spec: Any) -> tuple[str | Callable[..., Any], dict[str, Any]]:
     )
 
 
-#: Option values that parsed specs may share between callers.
-_IMMUTABLE_LITERALS = (int, float, complex, str, bytes, bool, type(None))
-
-
-@functools.lru_cache(maxsize=512)
 def _parse_text_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """``parse_spec`` of a string, parsed once per distinct string.
-
-    Every task resolves its protocol's space and metric by spec; parsing the
-    options with :mod:`ast` each time cost a thousand times the look-up.
-    """
+    """``parse_spec`` of a string (an engine keeps the spaces it resolves)."""
     text = spec.strip()
     if "(" not in text:
         return text, {}

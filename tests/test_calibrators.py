@@ -118,7 +118,7 @@ def test_calibration_table_per_covariate_and_overall():
         ("r", "b", "p1", 0.1, 0.5),
     ]
     table = calibration_table(results(rows), {"mse": LOWER, "r": HIGHER})
-    assert list(table.columns[: len(CALIBRATION_COLUMNS)]) == CALIBRATION_COLUMNS
+    assert tuple(table.columns[: len(CALIBRATION_COLUMNS)]) == CALIBRATION_COLUMNS
     assert table[["protocol", "covariate"]].values.tolist() == [
         ["mse", "a"],
         ["mse", "b"],

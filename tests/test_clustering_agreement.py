@@ -206,3 +206,34 @@ def test_invalid_options_fail_when_the_protocol_is_built(options: str, message: 
 def test_registered_as_a_dataset_scope_centroid_metric() -> None:
     meta = METRICS.get("cell_eval_clustering_agreement").meta
     assert (meta["representation"], meta["scope"], meta["perfect"]) == ("centroid", "dataset", 1.0)
+
+
+@needs_igraph
+def test_leiden_runs_on_several_threads_draw_each_from_its_own_seed():
+    import random
+    import threading
+
+    from scperteval.metrics.clustering import _CallingThreadsGenerator
+
+    points = np.random.default_rng(0).normal(size=(300, 10))
+    graph = fuzzy_neighbour_graph(points)
+    alone = {seed: leiden_labels(graph, 1.0, seed=seed) for seed in range(4)}
+    # The seeds matter (else the check below could not fail).
+    assert len({labels.tobytes() for labels in alone.values()}) == 4
+    found: dict[int, list[np.ndarray]] = {seed: [] for seed in alone}
+
+    def run(seed: int) -> None:
+        for _ in range(4):
+            found[seed].append(leiden_labels(graph, 1.0, seed=seed))
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in alone]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert all(np.array_equal(labels, alone[s]) for s, runs in found.items() for labels in runs)
+    # A thread without a seeded generator draws from Python's random, igraph's default.
+    random.seed(5)
+    first = _CallingThreadsGenerator().random()
+    random.seed(5)
+    assert first == random.random()

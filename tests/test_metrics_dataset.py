@@ -234,16 +234,14 @@ def test_dataset_context_checks():
 
 @pytest.mark.parametrize("masked", [False, True])
 def test_large_l1_matrix_split_over_threads_equals_one_thread_and_scipy(masked):
-    from scperteval.kernels.threads import limit_kernel_threads
+    from scperteval.kernels.threads import Threads
 
     rng = np.random.default_rng(11)
     # Above the size from which the rows are spread over the kernel threads.
     pred, truth = rng.normal(size=(301, 200)), rng.normal(size=(300, 200))
     keep = (rng.random(pred.shape) > 0.1).astype(float) if masked else None
-    with limit_kernel_threads(3):
-        spread = distance_matrix(pred, truth, distance="l1", keep=keep)
-    with limit_kernel_threads(1):
-        alone = distance_matrix(pred, truth, distance="l1", keep=keep)
+    spread = distance_matrix(pred, truth, distance="l1", keep=keep, threads=Threads(3))
+    alone = distance_matrix(pred, truth, distance="l1", keep=keep, threads=Threads(1))
     np.testing.assert_array_equal(spread, alone)
     weights = np.ones_like(pred) if keep is None else keep
     expected = np.array(

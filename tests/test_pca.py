@@ -14,6 +14,7 @@ import scipy.sparse as sp
 
 from scperteval.engine import _pca
 from scperteval.engine._pca import leading_eigenpairs, principal_axes
+from scperteval.kernels.threads import Threads
 
 
 def svd_reference(dense, k):
@@ -107,15 +108,12 @@ def test_axes_do_not_depend_on_blas_or_kernel_threads(small_side, shape):
     # Gram tiles narrower than the sample, so several tiles share each range.
     from threadpoolctl import threadpool_limits
 
-    from scperteval.kernels.threads import limit_kernel_threads
-
     sample = expression_like(*shape, seed=4)
     fits = []
     for blas_threads, kernel_threads in ((1, 1), (2, 2), (2, 1), (1, 3)):
-        with threadpool_limits(blas_threads), limit_kernel_threads(kernel_threads):
-            with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(_pca, "GRAM_TILE", 64)
-                fits.append(principal_axes(sample, 10))
+        with threadpool_limits(blas_threads), pytest.MonkeyPatch.context() as patch:
+            patch.setattr(_pca, "GRAM_TILE", 64)
+            fits.append(principal_axes(sample, 10, threads=Threads(kernel_threads)))
     for axes, offset in fits[1:]:
         np.testing.assert_array_equal(axes, fits[0][0])
         np.testing.assert_array_equal(offset, fits[0][1])
@@ -176,16 +174,13 @@ def test_csr_rows_written_densely_equal_scipys_float64_dense_rows(dtype):
     # And the rows of a block cut from a larger matrix, as the fit reads them.
     big = sp.random(300, 80, density=0.2, random_state=2, format="csr", dtype=np.float64)
     block = big.astype(dtype)[100:220]
-    expected = _pca._dense_rows(block.tocsc(), 0, 120, np.zeros(80))  # scipy's route
-    np.testing.assert_array_equal(_pca._dense_rows(block, 0, 120, np.zeros(80)), expected)
+    threads = Threads()
+    expected = _pca._dense_rows(block.tocsc(), 0, 120, np.zeros(80), threads)  # scipy's route
+    np.testing.assert_array_equal(_pca._dense_rows(block, 0, 120, np.zeros(80), threads), expected)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_csr_rows_written_into_a_reused_buffer_on_threads_equal_scipys(monkeypatch, threads):
-    from scperteval.kernels import threads as kernel_thread_module
-
-    monkeypatch.setattr(_pca, "kernel_threads", lambda: threads)
-    monkeypatch.setattr(kernel_thread_module, "kernel_threads", lambda: threads)
+def test_csr_rows_written_into_a_reused_buffer_on_threads_equal_scipys(threads):
     rng = np.random.default_rng(7)
     matrix = sp.random(250, 40, density=0.3, random_state=3, format="csr", dtype=np.float32)
     offset = rng.normal(size=40)
@@ -193,7 +188,7 @@ def test_csr_rows_written_into_a_reused_buffer_on_threads_equal_scipys(monkeypat
     for start in range(0, 250, 100):
         stop = min(start + 100, 250)
         expected = matrix[start:stop].astype(np.float64).toarray() - offset
-        found = _pca._dense_rows(matrix, start, stop, offset, buffer)
+        found = _pca._dense_rows(matrix, start, stop, offset, Threads(threads), buffer)
         assert np.shares_memory(found, buffer)
         np.testing.assert_array_equal(found, expected)
 

@@ -245,7 +245,7 @@ def assert_identical(actual: GroupStats, expected: GroupStats) -> None:
 
 
 def test_merges_split_over_threads_equal_one_thread():
-    from scperteval.kernels.threads import serial_kernels
+    from scperteval.kernels.threads import Threads
     from scperteval.stats.groups import PARALLEL_MERGE
 
     rng = np.random.default_rng(8)
@@ -256,10 +256,12 @@ def test_merges_split_over_threads_equal_one_thread():
         m2=rng.exponential(size=(9, n_features)),
     )
     labels = np.array([0, 1, 0, 0, 1, -1, 1, 0, 2])
-    merged, rest = merge_groups(stats, labels, 3), leave_one_out(stats, np.abs(labels))
-    with serial_kernels():
-        assert_identical(merge_groups(stats, labels, 3), merged)
-        assert_identical(leave_one_out(stats, np.abs(labels)), rest)
+    several = Threads(3)
+    merged = merge_groups(stats, labels, 3, several)
+    rest = leave_one_out(stats, np.abs(labels), several)
+    serial = several.serial()
+    assert_identical(merge_groups(stats, labels, 3, serial), merged)
+    assert_identical(leave_one_out(stats, np.abs(labels), serial), rest)
     # Counts are merged even without features.
     empty = GroupStats(n=stats.n, mean=np.empty((9, 0)), m2=np.empty((9, 0)))
     np.testing.assert_array_equal(

@@ -55,9 +55,9 @@ def test_a_pool_fits_each_shared_space_once_per_covariate_group(monkeypatch):
 
     fits = []
 
-    def counted(sample, k):
+    def counted(sample, k, threads):
         fits.append(sample.shape)
-        return pca.principal_axes(sample, k)
+        return pca.principal_axes(sample, k, threads=threads)
 
     monkeypatch.setattr(spaces, "principal_axes", counted)
     adata = scperteval.simulate(
@@ -143,7 +143,7 @@ def test_dataset_tasks_run_beside_a_large_fit_and_one_at_a_time():
     def dataset_task():
         rows.extend(dispatch._dataset_task(engine, rank_full, 0, CONTROLS))
 
-    with dispatch._LARGE_FIT_LOCK:  # a large fit running
+    with engine.threads.large_fit_lock:  # a large fit running
         beside = threading.Thread(target=dataset_task)
         beside.start()
         beside.join(60)
@@ -154,7 +154,7 @@ def test_dataset_tasks_run_beside_a_large_fit_and_one_at_a_time():
         assert other_fit.is_alive()  # large fits run one at a time
     other_fit.join(60)
     assert not other_fit.is_alive()
-    with dispatch._DATASET_TASK_LOCK:  # another dataset task running
+    with engine.threads.dataset_task_lock:  # another dataset task running
         waiting = threading.Thread(target=dataset_task)
         waiting.start()
         waiting.join(0.5)
@@ -182,6 +182,15 @@ def test_dataset_tasks_waiting_for_a_large_fit_are_queued_after_the_others(monke
     assert order == ["rank_full", "nir", "rank_pca"]
 
 
+def _two_kernel_threads(init):
+    """``Threads.__init__`` giving a new run two kernel threads even on one core."""
+
+    def two(self, cores=None):
+        init(self, 2 if cores is None else cores)
+
+    return two
+
+
 def test_tasks_wait_while_a_fit_builds_its_gram_matrix_on_every_core(monkeypatch):
     import time
 
@@ -189,23 +198,21 @@ def test_tasks_wait_while_a_fit_builds_its_gram_matrix_on_every_core(monkeypatch
 
     import scperteval
     from scperteval.engine import _pca as pca
-    from scperteval.engine import dispatch
-    from scperteval.kernels import threads
+    from scperteval.kernels.threads import Threads
 
     adata = scperteval.simulate(n_perturbations=12, n_genes=60, cells_per_perturbation=30, seed=5)
     protocols = "pearson_delta_ctrl,mse,cosine_delta_ctrl,rank_pca"
     # The Gram route and parallel tiles even for this small sample and on one core.
     monkeypatch.setattr(pca, "SMALL_SIDE", 10)
-    monkeypatch.setattr(pca, "kernel_threads", lambda: 2)
-    monkeypatch.setattr(threads, "kernel_threads", lambda: 2)
+    monkeypatch.setattr(Threads, "__init__", _two_kernel_threads(Threads.__init__))
     # Compiled kernels loaded first: on a cold cache the fit would compile them for
     # seconds before its Gram matrix, and every task could finish meanwhile.
     scperteval.calibrate(adata, protocols, workers=2)
     task_starts = []
-    real_wait = dispatch.wait_for_cores
+    real_wait = Threads.wait_for_cores
 
-    def noted_wait():
-        real_wait()
+    def noted_wait(self):
+        real_wait(self)
         task_starts.append(time.perf_counter())
 
     windows = []
@@ -217,7 +224,7 @@ def test_tasks_wait_while_a_fit_builds_its_gram_matrix_on_every_core(monkeypatch
         time.sleep(0.4)
         windows.append((start, time.perf_counter()))
 
-    monkeypatch.setattr(dispatch, "wait_for_cores", noted_wait)
+    monkeypatch.setattr(Threads, "wait_for_cores", noted_wait)
     monkeypatch.setattr(pca, "_add_outer_products", slow_add)
     found = scperteval.calibrate(adata, protocols, workers=2).results
     assert windows and np.isfinite(found["value"]).mean() > 0.9
@@ -241,7 +248,7 @@ def test_a_cheap_shared_space_never_waits_behind_a_large_fit():
     assert not space_has_large_fit("top_k(k=5)")  # per perturbation: never fitted ahead
     adata = simulate(n_perturbations=4, n_genes=40, cells_per_perturbation=30, seed=2)
     engine = Engine(Context(Dataset(adata), seed=1))
-    with dispatch._LARGE_FIT_LOCK:  # a large fit running
+    with engine.threads.large_fit_lock:  # a large fit running
         cheap = threading.Thread(target=dispatch._fit_task, args=(engine, "heg(k=5)", 0))
         cheap.start()
         cheap.join(10)

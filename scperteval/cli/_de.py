@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from scperteval.cli._options import add_dataset_options, dataset_kwargs
 
-EXAMPLE_SETTINGS: dict[str, Any] = {
-    "n_perturbations": 12,
-    "n_genes": 300,
-    "cells_per_perturbation": 80,
-    "n_covariates": 2,
-    "n_combinations": 3,
-    "seed": 0,
-}
+EXAMPLE_SETTINGS: Mapping[str, Any] = MappingProxyType(
+    {
+        "n_perturbations": 12,
+        "n_genes": 300,
+        "cells_per_perturbation": 80,
+        "n_covariates": 2,
+        "n_combinations": 3,
+        "seed": 0,
+    }
+)
 
 
 def add_parser(commands: Any) -> None:

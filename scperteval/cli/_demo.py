@@ -4,30 +4,36 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-DEMO_DATA: dict[str, Any] = {
-    "n_perturbations": 20,
-    "n_genes": 200,
-    "cells_per_perturbation": 60,
-    "n_covariates": 2,
-    "n_combinations": 4,
-    "affected_fraction": 0.05,
-    "control_bias": 0.5,
-    "seed": 0,
-}
+DEMO_DATA: Mapping[str, Any] = MappingProxyType(
+    {
+        "n_perturbations": 20,
+        "n_genes": 200,
+        "cells_per_perturbation": 60,
+        "n_covariates": 2,
+        "n_combinations": 4,
+        "affected_fraction": 0.05,
+        "control_bias": 0.5,
+        "seed": 0,
+    }
+)
 #: Models of known quality: name -> (kind, options) for simulate_predictions. The
 #: "replicate" models start from each perturbation's technical duplicate (never the
 #: truth half), so a perfect model scores about 1, like the positive control.
-DEMO_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
-    "replicate_plus_noise_0.1": ("noisy_truth", {"noise": 0.1}),
-    "replicate_plus_noise_0.4": ("noisy_truth", {"noise": 0.4}),
-    "replicate_half_effect": ("scaled_effect", {"scale": 0.5}),
-    "mean_prediction": ("mean", {}),
-    "control_relabelled": ("control", {}),
-    "mode_collapse": ("mode_collapse", {}),
-}
+DEMO_MODELS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
+    {
+        "replicate_plus_noise_0.1": ("noisy_truth", MappingProxyType({"noise": 0.1})),
+        "replicate_plus_noise_0.4": ("noisy_truth", MappingProxyType({"noise": 0.4})),
+        "replicate_half_effect": ("scaled_effect", MappingProxyType({"scale": 0.5})),
+        "mean_prediction": ("mean", MappingProxyType({})),
+        "control_relabelled": ("control", MappingProxyType({})),
+        "mode_collapse": ("mode_collapse", MappingProxyType({})),
+    }
+)
 
 
 def add_parser(commands: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from types import MappingProxyType
 from typing import Any
 
 KINDS = (
@@ -15,16 +16,18 @@ KINDS = (
     "suites",
     "distances",
 )
-KIND_DESCRIPTIONS = {
-    "protocols": "the protocols of a suite (-p SUITE; default: the whole catalogue)",
-    "metrics": "registered metric functions",
-    "spaces": "feature spaces a protocol can be computed in",
-    "sources": "controls and baselines compared with the truth",
-    "calibrators": "what judges a protocol's calibration (DRF, BDS)",
-    "de-methods": "differential expression methods",
-    "suites": "the protocol suites shipped with scperteval",
-    "distances": "distances between groups of cells (scperteval distances)",
-}
+KIND_DESCRIPTIONS = MappingProxyType(
+    {
+        "protocols": "the protocols of a suite (-p SUITE; default: the whole catalogue)",
+        "metrics": "registered metric functions",
+        "spaces": "feature spaces a protocol can be computed in",
+        "sources": "controls and baselines compared with the truth",
+        "calibrators": "what judges a protocol's calibration (DRF, BDS)",
+        "de-methods": "differential expression methods",
+        "suites": "the protocol suites shipped with scperteval",
+        "distances": "distances between groups of cells (scperteval distances)",
+    }
+)
 
 
 def add_parser(commands: Any) -> None:

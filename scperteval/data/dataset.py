@@ -37,6 +37,7 @@ from scperteval.data.matrix_io import (
 )
 from scperteval.data.ondisk import on_disk
 from scperteval.errors import DatasetError
+from scperteval.kernels.threads import Threads
 
 __all__ = ["Dataset", "Condition", "COMBINATION_SEPARATOR", "DEFAULT_CHUNK_CELLS"]
 
@@ -540,14 +541,14 @@ def normalize_log1p(block: Any, target_sum: float = 1e4) -> Any:
     return np.log1p(dense * scale)
 
 
-def _scan(values: np.ndarray) -> tuple[int, float, float, bool]:
+def _scan(values: np.ndarray, threads: Threads | None = None) -> tuple[int, float, float, bool]:
     from scperteval.kernels.moments import scan_values
-    from scperteval.kernels.threads import even_bounds, run_ranges
 
     if not values.flags.c_contiguous:
         values = np.ascontiguousarray(values)
-    bounds = even_bounds(values.size, values.size // 65536)
-    parts = run_ranges(lambda start, stop: scan_values(values[start:stop]), bounds)
+    threads = threads or Threads()
+    bounds = threads.even_bounds(values.size, values.size // 65536)
+    parts = threads.run_ranges(lambda start, stop: scan_values(values[start:stop]), bounds)
     if not parts:
         return 0, math.inf, -math.inf, True
     return (

@@ -16,6 +16,7 @@ so that nothing is ever returned that anndata would have read differently.
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -32,17 +33,19 @@ __all__ = [
 ]
 
 #: The encodings decoded here, each with the one version whose layout is known.
-VERSIONS = {
-    "dataframe": "0.2.0",
-    "array": "0.2.0",
-    "string-array": "0.2.0",
-    "categorical": "0.2.0",
-    "nullable-integer": "0.1.0",
-    "nullable-boolean": "0.1.0",
-    "nullable-string-array": "0.1.0",
-    "csr_matrix": "0.1.0",
-    "csc_matrix": "0.1.0",
-}
+VERSIONS = MappingProxyType(
+    {
+        "dataframe": "0.2.0",
+        "array": "0.2.0",
+        "string-array": "0.2.0",
+        "categorical": "0.2.0",
+        "nullable-integer": "0.1.0",
+        "nullable-boolean": "0.1.0",
+        "nullable-string-array": "0.1.0",
+        "csr_matrix": "0.1.0",
+        "csc_matrix": "0.1.0",
+    }
+)
 
 # Value kinds anndata reads from an "array" as plain numbers: bool, integers,
 # floats, complex. Others (bytes, records, objects) go through anndata.

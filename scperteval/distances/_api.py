@@ -22,7 +22,7 @@ from scperteval.distances._base import Distance, Group, resolve_distance
 from scperteval.distances._features import ALL, GroupedCells, group_cells
 from scperteval.distances._kernel import PairKernelDistance
 from scperteval.errors import DatasetError, SpecError
-from scperteval.kernels.threads import kernel_threads
+from scperteval.kernels.threads import available_cores
 
 __all__ = ["distance_input", "onesided", "pairwise"]
 
@@ -71,8 +71,6 @@ def _batched_table(
     measure: PairKernelDistance, groups: Sequence[Group], n_jobs: int | None
 ) -> np.ndarray:
     """The symmetric table, each row's cross sums from one batched call."""
-    from scperteval.metrics.population import single_threaded_blas
-
     stacked, offsets = _stack(measure, groups)
     count = len(groups)
     table = np.zeros((count, count))
@@ -88,7 +86,7 @@ def _batched_table(
             )
             table[i, j] = table[j, i] = value
 
-    with single_threaded_blas():
+    with measure.threads.single_threaded_blas():
         _run(list(range(count)), row, n_jobs)
     return table
 
@@ -97,11 +95,9 @@ def _batched_column(
     measure: PairKernelDistance, groups: Sequence[Group], reference: Group
 ) -> list[float]:
     """``d(group, reference)`` for every group, the cross sums from one batched call."""
-    from scperteval.metrics.population import single_threaded_blas
-
     stacked, offsets = _stack(measure, groups)
-    with single_threaded_blas():
-        sums = measure.cross_sums(reference, stacked, offsets[:-1], parallel=True)
+    with measure.threads.single_threaded_blas():
+        sums = measure.cross_sums(reference, stacked, offsets[:-1], measure.threads)
     within_y, diag_y = measure.within(reference)
     values = []
     for k, group in enumerate(groups):
@@ -115,7 +111,7 @@ def _batched_column(
 
 
 def _run(tasks: Sequence[Any], function: Any, n_jobs: int | None) -> list[Any]:
-    workers = kernel_threads() if n_jobs is None else max(1, int(n_jobs))
+    workers = available_cores() if n_jobs is None else max(1, int(n_jobs))
     if workers <= 1 or len(tasks) <= 1:
         return [function(task) for task in tasks]
     with cf.ThreadPoolExecutor(workers, thread_name_prefix="scperteval-distance") as pool:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from scperteval.errors import SpecError
+from scperteval.kernels.threads import Threads
 from scperteval.registry import Registry
 
 __all__ = ["DISTANCES", "Distance", "Group", "resolve_distance"]
@@ -91,6 +92,14 @@ class Distance(ABC):
     symmetric: bool = True
     #: Fewest cells a group needs.
     min_cells: int = 1
+
+    @property
+    def threads(self) -> Threads:
+        """The kernel threads and BLAS limit of this distance's sums (its own, made once)."""
+        threads = self.__dict__.get("_threads")
+        if threads is None:
+            threads = self.__dict__["_threads"] = Threads()
+        return threads
 
     def prepare(self, group: Group) -> None:  # noqa: B027 - a distance may have nothing to cache
         """Compute and cache the summaries of ``group`` that comparisons reuse."""

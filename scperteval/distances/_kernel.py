@@ -21,6 +21,7 @@ import numpy as np
 from scperteval.distances._base import DISTANCES, Distance, Group
 from scperteval.errors import DatasetError
 from scperteval.kernels.sinkhorn_loop import DEFAULT_MAX_ITER, check_stopping
+from scperteval.kernels.threads import Threads
 from scperteval.metrics.population import (
     SQRT,
     pair_sums,
@@ -61,7 +62,7 @@ class PairKernelDistance(Distance):
         return group.centred if self.shift_invariant else group.cells
 
     def cross_sums(
-        self, x: Group, stacked: np.ndarray, starts: np.ndarray, parallel: bool = False
+        self, x: Group, stacked: np.ndarray, starts: np.ndarray, threads: Threads | None = None
     ) -> np.ndarray:
         """Cross sums of ``x`` with several groups at once.
 
@@ -73,9 +74,9 @@ class PairKernelDistance(Distance):
             The other groups' cells (:meth:`cells_of`), one after the other.
         starts
             Row where each of them starts in ``stacked``.
-        parallel
-            Split the tiles between the kernel threads (for a caller that runs
-            nothing else at the same time).
+        threads
+            Kernel threads to split the tiles between (for a caller that runs
+            nothing else at the same time); one thread when omitted.
 
         Returns
         -------
@@ -85,8 +86,6 @@ class PairKernelDistance(Distance):
             large matrix products rather than one small one each.
 
         """
-        from scperteval.kernels.threads import even_bounds, run_ranges
-
         cells = self.cells_of(x)
         column_sums = np.empty(stacked.shape[0])
         columns = max(1, _TILE_BYTES // (8 * max(cells.shape[0], 1)))
@@ -97,8 +96,10 @@ class PairKernelDistance(Distance):
                 column_sums[first:last] = self.pair_matrix(cells, stacked[first:last]).sum(axis=0)
 
         n_rows = stacked.shape[0]
-        bounds = even_bounds(n_rows, -(-n_rows // columns)) if parallel else [0, n_rows]
-        run_ranges(fill, bounds)
+        if threads is None:
+            fill(0, n_rows)
+        else:
+            threads.run_ranges(fill, threads.even_bounds(n_rows, -(-n_rows // columns)))
         if not starts.size:
             return np.zeros(0)
         return np.add.reduceat(column_sums, starts)
@@ -222,8 +223,8 @@ class EnergyDistance(PairKernelDistance):
             spread = float(x.variance().sum() + y.variance().sum())
             return x.n * y.n * (float(gap @ gap) + spread), 0.0
         if y is None:
-            return 2.0 * pair_sums(x.centred, None, [SQRT])[0], 0.0
-        return pair_sums(x.centred, y.centred, [SQRT])[0], 0.0
+            return 2.0 * pair_sums(x.centred, None, [SQRT], threads=self.threads)[0], 0.0
+        return pair_sums(x.centred, y.centred, [SQRT], threads=self.threads)[0], 0.0
 
     def combine(
         self,

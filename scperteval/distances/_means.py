@@ -7,6 +7,7 @@ groups, over the ``d`` features; only the means are computed per group, once.
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 
 import numpy as np
 from scipy.stats import kendalltau, rankdata
@@ -155,21 +156,27 @@ class Mahalanobis(Distance):
         return math.sqrt(max(float(gap @ solved), 0.0))
 
 
-_MEAN_DISTANCES = {
-    "euclidean": (_euclidean, "Euclidean distance between the mean profiles", True),
-    "root_mean_squared_error": (_rmse, "root mean squared difference of the means", True),
-    "mse": (_mse, "mean squared difference of the mean profiles", True),
-    "mean_absolute_error": (_mae, "mean absolute difference of the mean profiles", True),
-    "pearson_distance": (_pearson_distance, "1 - Pearson r of the mean profiles", True),
-    "spearman_distance": (_spearman_distance, "1 - Spearman rho of the mean profiles", True),
-    "kendalltau_distance": (
-        _kendalltau_distance,
-        "(1 - Kendall tau-b) d (d - 1) / 4 of the mean profiles",
-        True,
-    ),
-    "cosine_distance": (_cosine_distance, "1 - cosine similarity of the mean profiles", True),
-    "r2_distance": (_r2_distance, "1 - R^2 of the reference mean predicting the group's", False),
-}
+_MEAN_DISTANCES = MappingProxyType(
+    {
+        "euclidean": (_euclidean, "Euclidean distance between the mean profiles", True),
+        "root_mean_squared_error": (_rmse, "root mean squared difference of the means", True),
+        "mse": (_mse, "mean squared difference of the mean profiles", True),
+        "mean_absolute_error": (_mae, "mean absolute difference of the mean profiles", True),
+        "pearson_distance": (_pearson_distance, "1 - Pearson r of the mean profiles", True),
+        "spearman_distance": (_spearman_distance, "1 - Spearman rho of the mean profiles", True),
+        "kendalltau_distance": (
+            _kendalltau_distance,
+            "(1 - Kendall tau-b) d (d - 1) / 4 of the mean profiles",
+            True,
+        ),
+        "cosine_distance": (_cosine_distance, "1 - cosine similarity of the mean profiles", True),
+        "r2_distance": (
+            _r2_distance,
+            "1 - R^2 of the reference mean predicting the group's",
+            False,
+        ),
+    }
+)
 
 
 def _register_mean(name: str) -> None:

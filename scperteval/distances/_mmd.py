@@ -91,7 +91,7 @@ class MMD(PairKernelDistance):
             rng = np.random.default_rng(_MEDIAN_SEED)
             pooled = pooled[np.sort(rng.choice(pooled.shape[0], MEDIAN_CELLS, replace=False))]
         fitted = copy.copy(self)
-        fitted.bandwidth = median_pairwise_distance(pooled) or 1.0
+        fitted.bandwidth = median_pairwise_distance(pooled, threads=self.threads) or 1.0
         return fitted
 
     def batched(self) -> bool:
@@ -154,14 +154,15 @@ class MMD(PairKernelDistance):
         sigma = self._pair_sigma(x, y)
         transform = rbf_transform(sigma)
         if y is None:
-            return 2.0 * pair_sums(x.centred, None, [transform])[0] + x.n, float(x.n)
-        return pair_sums(x.centred, y.centred, [transform])[0], 0.0
+            within = pair_sums(x.centred, None, [transform], threads=self.threads)[0]
+            return 2.0 * within + x.n, float(x.n)
+        return pair_sums(x.centred, y.centred, [transform], threads=self.threads)[0], 0.0
 
     def _pair_sigma(self, x: Group, y: Group | None) -> float:
         if self.bandwidth != "pair_median":
             return self._sigma()
         pooled = x.centred if y is None else np.vstack([x.centred, y.centred])
-        return median_pairwise_distance(pooled) or 1.0
+        return median_pairwise_distance(pooled, threads=self.threads) or 1.0
 
     def prepare(self, group: Group) -> None:
         """Cache the within sums (not for ``"pair_median"``, whose kernel is per pair)."""
@@ -173,7 +174,8 @@ class MMD(PairKernelDistance):
         if self.bandwidth != "pair_median":
             return super().between(x, y)
         check_size(self, x, y)
-        sigma = median_pairwise_distance(np.vstack([x.centred, y.centred])) or 1.0
+        pooled = np.vstack([x.centred, y.centred])
+        sigma = median_pairwise_distance(pooled, threads=self.threads) or 1.0
         fixed = copy.copy(self)
         fixed.bandwidth = sigma
         return fixed.between(Group(x.cells, x.shift), Group(y.cells, y.shift))

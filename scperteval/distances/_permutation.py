@@ -179,7 +179,8 @@ def _kernel_null(
     if isinstance(measure, MMD) and measure.bandwidth == "pair_median":
         # The pooled sample, hence its median, is the same for every relabelling.
         measure = copy.copy(measure)
-        measure.bandwidth = median_pairwise_distance(np.vstack([x.centred, y.centred])) or 1.0
+        pooled = np.vstack([x.centred, y.centred])
+        measure.bandwidth = median_pairwise_distance(pooled, threads=measure.threads) or 1.0
         reference_block = None
     sums = _PooledSums(measure, used, max_bytes, reference_block)
     small_is_x = n <= m

@@ -44,14 +44,7 @@ import scipy.sparse as sp
 
 from scperteval.kernels.blas import symmetric_product, symmetric_rank_2k_update
 from scperteval.kernels.lapack import band_eigenvalues, band_lu, band_lu_solve, blocked_qr
-from scperteval.kernels.threads import (
-    claim_cores_when_parallel,
-    dealt_back_and_forth,
-    even_bounds,
-    kernel_threads,
-    run_ranges,
-)
-from scperteval.metrics.population import single_threaded_blas
+from scperteval.kernels.threads import Threads, dealt_back_and_forth
 
 __all__ = ["EIGENSOLVERS", "SampleRows", "principal_axes"]
 
@@ -125,7 +118,12 @@ def _whole(sample: Any) -> Any:
 
 
 def _dense_rows(
-    sample: Any, start: int, stop: int, offset: np.ndarray, out: np.ndarray | None = None
+    sample: Any,
+    start: int,
+    stop: int,
+    offset: np.ndarray,
+    threads: Threads,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Rows ``start:stop`` of the sample, dense in float64, minus ``offset``.
 
@@ -148,7 +146,7 @@ def _dense_rows(
             add_csr_rows(indptr[first : last + 1], indices, data, rows)
             rows -= offset
 
-        run_ranges(fill, even_bounds(n_rows, kernel_threads()))
+        threads.run_ranges(fill, threads.even_bounds(n_rows, threads.count))
         return dense
     if sp.issparse(block):
         dense = block.astype(np.float64).toarray()
@@ -165,13 +163,15 @@ def _signed(components: np.ndarray) -> np.ndarray:
     return components * np.where(signs == 0, 1.0, signs)
 
 
-def _svd_axes(sample: Any, offset: np.ndarray, k: int) -> np.ndarray:
-    dense = _dense_rows(_whole(sample), 0, sample.shape[0], offset)
+def _svd_axes(sample: Any, offset: np.ndarray, k: int, threads: Threads) -> np.ndarray:
+    dense = _dense_rows(_whole(sample), 0, sample.shape[0], offset, threads)
     _, _, vt = np.linalg.svd(dense, full_matrices=False)
     return np.ascontiguousarray(vt[:k].T)
 
 
-def _add_outer_products(gram: np.ndarray, factor: np.ndarray, transposed: bool) -> None:
+def _add_outer_products(
+    gram: np.ndarray, factor: np.ndarray, transposed: bool, threads: Threads
+) -> None:
     """``gram += factor @ factor.T`` (``factor.T @ factor`` if ``transposed``), lower half.
 
     The lower half is cut into column tiles of a fixed width, each one matrix
@@ -184,7 +184,7 @@ def _add_outer_products(gram: np.ndarray, factor: np.ndarray, transposed: bool) 
     size = gram.shape[0]
     starts = list(range(0, size, GRAM_TILE))
 
-    n_ranges = max(1, min(kernel_threads(), len(starts)))
+    n_ranges = max(1, min(threads.count, len(starts)))
     # Earlier tiles hold more of the lower half: dealt back and forth, the work is even.
     dealt = dealt_back_and_forth(len(starts), n_ranges)
 
@@ -196,7 +196,7 @@ def _add_outer_products(gram: np.ndarray, factor: np.ndarray, transposed: bool) 
                 # the Gram matrix: adding it then reads both in memory order.
                 gram[start:, start:end] += (left[start:end] @ left[start:].T).T
 
-    run_ranges(tiles, even_bounds(n_ranges, n_ranges))
+    threads.run_ranges(tiles, threads.even_bounds(n_ranges, n_ranges))
 
 
 def _lower_half_matrix(size: int) -> np.ndarray:
@@ -218,43 +218,43 @@ def _lower_half_matrix(size: int) -> np.ndarray:
 
 
 def _top_eigenvectors(
-    gram: np.ndarray, k: int, eigensolver: Eigensolver
+    gram: np.ndarray, k: int, eigensolver: Eigensolver, threads: Threads
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Top ``k`` eigenpairs, largest first; ``None`` if the top ``k`` include zeros."""
-    values, vectors = leading_eigenpairs(gram, k, eigensolver)
+    values, vectors = leading_eigenpairs(gram, k, eigensolver, threads)
     if values[-1] <= _RANK_RTOL * max(values[0], 0.0) or values[0] <= 0:
         return None
     return values, vectors
 
 
 def _gene_gram_axes(
-    sample: Any, offset: np.ndarray, k: int, eigensolver: Eigensolver
+    sample: Any, offset: np.ndarray, k: int, eigensolver: Eigensolver, threads: Threads
 ) -> np.ndarray | None:
     n_cells, n_genes = sample.shape
     gram = _lower_half_matrix(n_genes)
     rows = _dense_block_rows(n_genes)
     buffer = np.empty((min(rows, n_cells), n_genes))
-    with claim_cores_when_parallel():
+    with threads.claim_cores_when_parallel():
         for start in range(0, n_cells, rows):
-            block = _dense_rows(sample, start, min(start + rows, n_cells), offset, buffer)
-            _add_outer_products(gram, block.T, transposed=False)
-    top = _top_eigenvectors(gram, k, eigensolver)
+            block = _dense_rows(sample, start, min(start + rows, n_cells), offset, threads, buffer)
+            _add_outer_products(gram, block.T, False, threads)
+    top = _top_eigenvectors(gram, k, eigensolver, threads)
     return None if top is None else np.ascontiguousarray(top[1])
 
 
 def _cell_gram_axes(
-    sample: Any, offset: np.ndarray, k: int, eigensolver: Eigensolver
+    sample: Any, offset: np.ndarray, k: int, eigensolver: Eigensolver, threads: Threads
 ) -> np.ndarray | None:
     sample = _whole(sample)
     n_cells, n_genes = sample.shape
     columns = max(1, BLOCK_BYTES // (8 * n_cells))
     by_columns = sample.tocsc() if sp.issparse(sample) else sample
     gram = _lower_half_matrix(n_cells)
-    with claim_cores_when_parallel():
+    with threads.claim_cores_when_parallel():
         for start in range(0, n_genes, columns):
             block = _dense_columns(by_columns, start, min(start + columns, n_genes), offset)
-            _add_outer_products(gram, block.T, transposed=True)
-    top = _top_eigenvectors(gram, k, eigensolver)
+            _add_outer_products(gram, block.T, True, threads)
+    top = _top_eigenvectors(gram, k, eigensolver, threads)
     if top is None:
         return None
     values, left = top
@@ -276,7 +276,7 @@ def _dense_columns(sample: Any, start: int, stop: int, offset: np.ndarray) -> np
 
 
 def principal_axes(
-    sample: Any, k: int, *, eigensolver: Eigensolver = "banded"
+    sample: Any, k: int, *, eigensolver: Eigensolver = "banded", threads: Threads | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The first ``k`` principal axes of a sample and its mean.
 
@@ -293,6 +293,9 @@ def principal_axes(
         How the Gram matrix's top eigenpairs are found: ``"banded"`` (band
         reduction and inverse iteration, the default) or ``"eigh"``
         (:func:`scipy.linalg.eigh`, several times slower for thousands of genes).
+    threads
+        The run's kernel threads, whose core claim the Gram matrix holds (its own
+        for the call when omitted).
 
     Returns
     -------
@@ -310,22 +313,25 @@ def principal_axes(
     """
     if eigensolver not in EIGENSOLVERS:
         raise ValueError(f"eigensolver must be one of {EIGENSOLVERS}, got {eigensolver!r}")
-    with single_threaded_blas():
-        return _principal_axes(sample, k, eigensolver)
+    threads = threads or Threads()
+    with threads.single_threaded_blas():
+        return _principal_axes(sample, k, eigensolver, threads)
 
 
-def _principal_axes(sample: Any, k: int, eigensolver: Eigensolver) -> tuple[np.ndarray, np.ndarray]:
+def _principal_axes(
+    sample: Any, k: int, eigensolver: Eigensolver, threads: Threads
+) -> tuple[np.ndarray, np.ndarray]:
     n_cells, n_genes = sample.shape
     offset = _column_means(sample)
     n_components = min(int(k), n_cells, n_genes)
     axes: np.ndarray | None = None
     if min(n_cells, n_genes) > SMALL_SIDE and n_components < min(n_cells, n_genes):
         if n_genes <= n_cells:
-            axes = _gene_gram_axes(sample, offset, n_components, eigensolver)
+            axes = _gene_gram_axes(sample, offset, n_components, eigensolver, threads)
         else:
-            axes = _cell_gram_axes(sample, offset, n_components, eigensolver)
+            axes = _cell_gram_axes(sample, offset, n_components, eigensolver, threads)
     if axes is None:
-        axes = _svd_axes(sample, offset, n_components)
+        axes = _svd_axes(sample, offset, n_components, threads)
     return _signed(axes), offset
 
 
@@ -361,7 +367,10 @@ class _Panel:
 
 
 def leading_eigenpairs(
-    matrix: np.ndarray, k: int, eigensolver: Eigensolver = "banded"
+    matrix: np.ndarray,
+    k: int,
+    eigensolver: Eigensolver = "banded",
+    threads: Threads | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` largest eigenvalues of a symmetric matrix and their eigenvectors.
 
@@ -375,6 +384,8 @@ def leading_eigenpairs(
     eigensolver
         ``"banded"`` (the three steps above; LAPACK's direct solver for orders up
         to :data:`DIRECT_ORDER`) or ``"eigh"`` (:func:`scipy.linalg.eigh`).
+    threads
+        The run's threads, which hold BLAS to one thread (its own when omitted).
 
     Returns
     -------
@@ -400,7 +411,7 @@ def leading_eigenpairs(
         raise ValueError(f"k must be between 1 and {order}, got {k}")
     if matrix.dtype != np.float64 or not matrix.flags.f_contiguous:
         raise ValueError("the matrix must be a float64 array in Fortran order")
-    with single_threaded_blas():
+    with (threads or Threads()).single_threaded_blas():
         return _leading_eigenpairs(matrix, k, eigensolver)
 
 

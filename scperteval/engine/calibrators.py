@@ -43,7 +43,7 @@ __all__ = ["CALIBRATORS", "Thresholds", "drf", "bds", "calibration_table", "CALI
 CALIBRATORS = Registry("calibrator")
 DRF_EPSILON = 1e-6
 OVERALL = "all"
-CALIBRATION_COLUMNS = [
+CALIBRATION_COLUMNS = (
     "protocol",
     "covariate",
     "n",
@@ -53,7 +53,7 @@ CALIBRATION_COLUMNS = [
     "trusted",
     "n_skipped",
     "n_negative",
-]
+)
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,7 @@ class Thresholds:
 
     def __post_init__(self) -> None:
         if self.drf_statistic not in ("median", "mean"):
-            raise SpecError(
-                f"drf_statistic must be 'median' or 'mean', got {self.drf_statistic!r}"
-            )
+            raise SpecError(f"drf_statistic must be 'median' or 'mean', got {self.drf_statistic!r}")
         # BDS is a fraction; DRF is 1 for a perfect positive control and unbounded below.
         if not (isinstance(self.bds_min, (int, float)) and 0.0 <= self.bds_min <= 1.0):
             raise SpecError(f"threshold bds must lie in [0, 1], got {self.bds_min!r}")

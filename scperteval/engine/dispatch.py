@@ -17,7 +17,6 @@ import itertools
 import math
 import numbers
 import queue
-import threading
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -39,9 +38,8 @@ from scperteval.engine.result_rows import result_row as _row
 from scperteval.engine.spaces import resolve_space, space_has_large_fit, space_is_per_condition
 from scperteval.engine.views import centering_vector, make_view, metric_context
 from scperteval.errors import SpecError
-from scperteval.kernels.threads import wait_for_cores
+from scperteval.kernels.threads import available_cores
 from scperteval.metrics import DegenerateInput
-from scperteval.metrics.population import single_threaded_blas
 from scperteval.stats.groups import GroupStats
 
 __all__ = [
@@ -102,9 +100,11 @@ def run_protocols(
     workers. The limit is set from the calling thread, because OpenBLAS ignores a
     limit set from a pool's thread while the process-wide setting still applies to
     it; parallel work comes from the tasks and the kernels' own threads instead.
+    The engine's :attr:`~scperteval.engine.engine.Engine.threads` hold the limit,
+    the core claims and the scheduling locks of the run.
 
     """
-    with single_threaded_blas():
+    with engine.threads.single_threaded_blas():
         return _run_protocols(engine, protocols, candidates, workers, executor, progress)
 
 
@@ -276,7 +276,8 @@ def _fit_task(engine: Engine, space: str, condition: int) -> None:
     # Large fits (a PCA's Gram matrix, 115 MB for 5,000 genes, held for seconds) run
     # one at a time. A cheap shared space (a gene selection) takes no lock: waiting
     # for it behind a fit would idle a worker for the whole fit.
-    with _LARGE_FIT_LOCK if space_has_large_fit(space) else contextlib.nullcontext():
+    large = space_has_large_fit(space)
+    with engine.threads.large_fit_lock if large else contextlib.nullcontext():
         try:
             resolve_space(engine, space, condition)
         except DegenerateInput:
@@ -302,8 +303,6 @@ def default_workers() -> int:
         :data:`MAX_DEFAULT_WORKERS`.
 
     """
-    from scperteval.kernels.threads import available_cores
-
     return max(1, min(available_cores(), MAX_DEFAULT_WORKERS))
 
 
@@ -430,7 +429,7 @@ def _perturbation_task(
     candidates: Sequence[Candidate],
     shared: _TaskShared | None = None,
 ) -> list[dict[str, Any]]:
-    wait_for_cores()
+    engine.threads.wait_for_cores()
     shared = shared or _TaskShared()
     named = [(c.role, *c.resolve(protocol)) for c in candidates]
     # Registered sources are fixed for the engine: sums over their cells may be shared.
@@ -513,7 +512,7 @@ def _warm_task(
     Views against the control are cached per source and condition, so the
     dataset task then only reads them. A failure is left for that task to record.
     """
-    wait_for_cores()
+    engine.threads.wait_for_cores()
     named = [("truth", "truth", lambda e, k: e.source("truth", k), True)]
     named += [(c.role, *c.resolve(protocol), c.getter is None) for c in candidates]
     try:
@@ -528,20 +527,15 @@ def _warm_task(
             continue
 
 
-#: Held by a large shared fit (a PCA) while it runs.
-_LARGE_FIT_LOCK = threading.Lock()
-#: Held by a dataset-scope task while it runs. Such a task stacks every
-#: perturbation's vectors (truth and candidate); two at once double that memory and
-#: gain no time, being bound by the interpreter and memory bandwidth (four rank
-#: protocols on 500 perturbations x 5,000 genes: 2.6 s on one thread, 2.9 s on two).
-#: It may run beside a large fit: its stacks are used where they lie (about 45 MB
-#: there), and it then fills a core the fit's one-threaded steps leave idle.
-_DATASET_TASK_LOCK = threading.Lock()
-
-
 def _dataset_task(
     engine: Engine, protocol: Protocol, covariate: int, candidates: Sequence[Candidate]
 ) -> list[dict[str, Any]]:
-    wait_for_cores()
-    with _DATASET_TASK_LOCK:
+    # One dataset-scope task at a time (the run's lock). Such a task stacks every
+    # perturbation's vectors (truth and candidate); two at once double that memory and
+    # gain no time, being bound by the interpreter and memory bandwidth (four rank
+    # protocols on 500 perturbations x 5,000 genes: 2.6 s on one thread, 2.9 s on two).
+    # It may run beside a large fit: its stacks are used where they lie (about 45 MB
+    # there), and it then fills a core the fit's one-threaded steps leave idle.
+    engine.threads.wait_for_cores()
+    with engine.threads.dataset_task_lock:
         return dataset_rows(engine, protocol, covariate, candidates)

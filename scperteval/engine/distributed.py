@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import sys
 import uuid
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,8 +52,6 @@ Task = tuple[Callable[..., list[dict[str, Any]]], tuple[Any, ...]]
 
 #: Start of the dask key of every protocol task.
 _TASK_PREFIX = "protocol-task-"
-
-_SESSIONS: weakref.WeakKeyDictionary[Engine, ClusterSession] = weakref.WeakKeyDictionary()
 
 
 def is_dask_client(executor: Any) -> bool:
@@ -141,7 +138,7 @@ class ClusterSession:
 
     Notes
     -----
-    The session keeps no reference to the engine (it is cached per engine by
+    The session keeps no reference to the engine (which keeps the session, see
     :func:`cluster_session`), only the future of the shipped copy.
 
     """
@@ -272,8 +269,7 @@ def cluster_session(client: Any, engine: Engine) -> ClusterSession:
         Shared by every call for the same engine and client, so the engine travels once.
 
     """
-    session = _SESSIONS.get(engine)
+    session = engine.cluster_session
     if session is None or session.client is not client or not session.is_usable:
-        session = ClusterSession(client, engine)
-        _SESSIONS[engine] = session
+        session = engine.cluster_session = ClusterSession(client, engine)
     return session

@@ -19,12 +19,12 @@ from scperteval.engine.population_cap import (
     check_max_population_cells,
 )
 from scperteval.engine.sources import SOURCES
-from scperteval.kernels.threads import serial_kernels
 from scperteval.stats.diffexp import DEResult
 from scperteval.stats.groups import GroupStats, merge_groups, subtract_group
 
 if TYPE_CHECKING:
     from scperteval.engine.featuremap import FeatureMap
+    from scperteval.kernels.threads import Threads
 
 __all__ = ["Engine"]
 
@@ -106,7 +106,7 @@ class Engine:
         #: Populations the cap cut during the runs on this engine (see ``population_cap``).
         self.subsampled_populations: set[Subsampled] = set()
         #: Computes the population fast path's sums over pairs of cells.
-        self.pairs = pair_backend(device, precision)
+        self.pairs = pair_backend(device, precision, context.threads)
         self._pair_store = BoundedStore(PAIR_STORE_BYTES)
         #: Cells of a source mapped to a space, shared by the protocols on that space
         #: (see :func:`population_points`).
@@ -116,6 +116,18 @@ class Engine:
         #: Sums over pairs that the run's population protocols will ask for, by space
         #: (see :mod:`scperteval.engine.fastpath`).
         self.pair_plan: dict[str, frozenset[Any]] = {}
+        #: The engine's :class:`~scperteval.engine.distributed.ClusterSession` on a dask
+        #: cluster, once it was shipped to one.
+        self.cluster_session: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A cluster session belongs to the process that holds its client.
+        return {**self.__dict__, "cluster_session": None}
+
+    @property
+    def threads(self) -> Threads:
+        """The run's kernel threads, claims and scheduling locks (the context's)."""
+        return self.context.threads
 
     @property
     def pair_store_bytes(self) -> int:
@@ -217,7 +229,9 @@ class Engine:
             labels = np.concatenate(
                 [np.repeat(layout.condition_covariate, 2), np.arange(len(layout.covariates))]
             )
-            return merge_groups(self.context.group_stats, labels, len(layout.covariates))
+            return merge_groups(
+                self.context.group_stats, labels, len(layout.covariates), self.threads
+            )
 
         return self.memo("covariate_all_stats", build)
 
@@ -260,8 +274,7 @@ class Engine:
             # from a copy of them: the same sums, without copying the rows.
             codes = np.full(resident.shape[0], -1, dtype=np.int64)
             codes[positions] = 0
-            with serial_kernels():
-                return GroupStats.from_chunk(resident, codes, 1)
+            return GroupStats.from_chunk(resident, codes, 1, self.threads.serial())
         return self._rows_moments(self.context.dataset.rows(positions))
 
     def sample_moments(self, covariate: int, index: np.ndarray) -> GroupStats:
@@ -272,10 +285,9 @@ class Engine:
         """
         return self._rows_moments(self.sample_subset_rows(covariate, np.asarray(index)))
 
-    @staticmethod
-    def _rows_moments(rows: Any) -> GroupStats:
-        with serial_kernels():
-            return GroupStats.from_chunk(rows, np.zeros(rows.shape[0], dtype=np.int64), 1)
+    def _rows_moments(self, rows: Any) -> GroupStats:
+        codes = np.zeros(rows.shape[0], dtype=np.int64)
+        return GroupStats.from_chunk(rows, codes, 1, self.threads.serial())
 
     def perturbed_sample(self, covariate: int) -> tuple[np.ndarray, GroupStats]:
         """The group's seeded sample of evaluated perturbed cells and its statistics."""
@@ -332,8 +344,8 @@ class Engine:
             # Cut from the group's cached sample rows: a backed file is then read once
             # per group, not again for every condition.
             own_rows = self.sample_subset_rows(covariate, own)
-            with serial_kernels():
-                own_stats = GroupStats.from_chunk(own_rows, np.zeros(own.size, dtype=np.int64), 1)
+            codes = np.zeros(own.size, dtype=np.int64)
+            own_stats = GroupStats.from_chunk(own_rows, codes, 1, self.threads.serial())
             return subtract_group(sample_stats, own_stats)
 
         # Not kept for the whole run (two gene-long rows per perturbation): the tasks

@@ -14,7 +14,7 @@ import pandas as pd
 
 __all__ = ["failure_counts", "failure_lines", "failure_record"]
 
-FAILURE_COLUMNS = ["protocol", "source_name", "reason", "count"]
+FAILURE_COLUMNS = ("protocol", "source_name", "reason", "count")
 
 
 def failure_counts(results: pd.DataFrame) -> pd.DataFrame:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from scperteval.metrics.population import single_threaded_blas
+from scperteval.kernels.threads import Threads
 
 __all__ = ["FeatureMap"]
 
@@ -31,6 +31,9 @@ class FeatureMap:
     offset
         Vector subtracted before projecting a point (the PCA mean); deltas are
         projected without it.
+    threads
+        The run's threads, which hold a projection's products to one BLAS thread
+        (a projection's own when omitted).
 
     """
 
@@ -39,6 +42,11 @@ class FeatureMap:
     genes: np.ndarray | None = None
     components: np.ndarray | None = None
     offset: np.ndarray | None = None
+    threads: Threads | None = None
+
+    @cached_property
+    def _threads(self) -> Threads:
+        return self.threads or Threads()
 
     @property
     def is_selection(self) -> bool:
@@ -66,7 +74,7 @@ class FeatureMap:
             return np.asarray(values[self.genes], dtype=np.float64)
         assert self.components is not None
         shifted = values if is_delta or self.offset is None else values - self.offset
-        with single_threaded_blas():
+        with self._threads.single_threaded_blas():
             return np.asarray(shifted @ self.components, dtype=np.float64)
 
     def matrix(self, rows: Any, is_delta: bool = False) -> np.ndarray:
@@ -78,7 +86,7 @@ class FeatureMap:
         assert self.components is not None
         # One BLAS thread: a product split over threads may round differently with
         # the machine's thread count, and values must not depend on where they ran.
-        with single_threaded_blas():
+        with self._threads.single_threaded_blas():
             projected = np.asarray(rows @ self.components, dtype=np.float64)
             if not is_delta and self.offset is not None:
                 projected -= self.offset @ self.components
@@ -136,7 +144,7 @@ class FeatureMap:
         projected = np.empty((rows.size, components.shape[1]))
         project_csr_rows(whole.indptr, whole.indices, whole.data, rows, components, projected)
         if self.offset is not None:
-            with single_threaded_blas():
+            with self._threads.single_threaded_blas():
                 projected -= self.offset @ self.components
         return projected
 

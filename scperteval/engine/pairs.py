@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from scperteval.errors import SpecError
+from scperteval.kernels.threads import Threads
 from scperteval.metrics.population import StoredPairs, median_pairwise_distance, pair_sums
 
 __all__ = ["PRECISIONS", "NumpyPairs", "PairBackend", "check_device", "pair_backend"]
@@ -61,19 +62,29 @@ class PairBackend(Protocol):
 
 
 class NumpyPairs:
-    """The reference backend: NumPy matrix products and numba tile kernels."""
+    """The reference backend: NumPy matrix products and numba tile kernels.
+
+    Parameters
+    ----------
+    threads
+        The run's threads, which hold BLAS to one thread (new ones when omitted).
+
+    """
 
     name = "numpy"
+
+    def __init__(self, threads: Threads | None = None) -> None:
+        self.threads = threads or Threads()
 
     def sums(
         self, x: np.ndarray, y: np.ndarray | None, transforms: Sequence[tuple[str, float]]
     ) -> list[float]:
         """Sums over pairs of each transform (:func:`~scperteval.metrics.population.pair_sums`)."""
-        return pair_sums(x, y, transforms)
+        return pair_sums(x, y, transforms, threads=self.threads)
 
     def store(self, x: np.ndarray) -> StoredPairs:
         """Stored pairwise distances of ``x`` (a ``StoredPairs``)."""
-        return StoredPairs(x)
+        return StoredPairs(x, threads=self.threads)
 
     def store_nbytes(self, n_points: int) -> int:
         """Memory a store of ``n_points`` points holds, in bytes."""
@@ -81,7 +92,7 @@ class NumpyPairs:
 
     def median(self, z: Any) -> float:
         """The median heuristic (``median_pairwise_distance`` of the metrics)."""
-        return median_pairwise_distance(z)
+        return median_pairwise_distance(z, threads=self.threads)
 
 
 def check_device(device: str | None, precision: str = "float64") -> None:
@@ -112,7 +123,9 @@ def check_device(device: str | None, precision: str = "float64") -> None:
         raise SpecError("precision='float32' needs a torch device (device='cpu' or 'cuda')")
 
 
-def pair_backend(device: str | None = None, precision: str = "float64") -> PairBackend:
+def pair_backend(
+    device: str | None = None, precision: str = "float64", threads: Threads | None = None
+) -> PairBackend:
     """The backend for a run's ``device`` and ``precision``.
 
     Parameters
@@ -123,6 +136,8 @@ def pair_backend(device: str | None = None, precision: str = "float64") -> PairB
     precision
         ``"float64"`` (default) or ``"float32"`` (torch devices only; faster on a
         GPU, accurate to the bound in ``docs/torch.md``).
+    threads
+        The run's threads, for the NumPy backend.
 
     Returns
     -------
@@ -141,7 +156,7 @@ def pair_backend(device: str | None = None, precision: str = "float64") -> PairB
     """
     check_device(device, precision)
     if device is None:
-        return NumpyPairs()
+        return NumpyPairs(threads)
     try:
         import torch
 

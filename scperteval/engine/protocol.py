@@ -21,20 +21,22 @@ SCOPES = ("perturbation", "dataset")
 CENTERINGS = ("none", "control", "perturbed")
 #: Leaderboard columns that a protocol column must not shadow.
 RESERVED_NAMES = frozenset({"model", "kind", "score", "rank"})
-_FIELDS = {
-    "name",
-    "metric",
-    "space",
-    "centering",
-    "positive",
-    "negative",
-    "better",
-    "perfect",
-    "description",
-    "params",
-    "representation",
-    "scope",
-}
+_FIELDS = frozenset(
+    {
+        "name",
+        "metric",
+        "space",
+        "centering",
+        "positive",
+        "negative",
+        "better",
+        "perfect",
+        "description",
+        "params",
+        "representation",
+        "scope",
+    }
+)
 
 
 @dataclass(frozen=True, eq=False)

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RESULT_COLUMNS", "SUBSAMPLED", "UNDEFINED_REASON", "failure_reason", "result_row"]
 
-RESULT_COLUMNS = [
+RESULT_COLUMNS = (
     "covariate",
     "perturbation",
     "protocol",
@@ -18,7 +18,7 @@ RESULT_COLUMNS = [
     "source_name",
     "value",
     "reason",
-]
+)
 
 #: Key of a row's populations subsampled by the cap (taken out before the table is built).
 SUBSAMPLED = "_subsampled"

@@ -217,10 +217,16 @@ def _fit_pca(engine: Engine, covariate: int, k: int) -> FeatureMap:
     sample = SampleRows(
         (positions.size, dataset.n_genes), lambda start, stop: dataset.rows(positions[start:stop])
     )
-    components, offset = principal_axes(sample, k)
+    components, offset = principal_axes(sample, k, threads=engine.threads)
     n_components = components.shape[1]
     names = np.array([f"PC{i + 1}" for i in range(n_components)])
-    return FeatureMap(label=f"pca(k={k})", names=names, components=components, offset=offset)
+    return FeatureMap(
+        label=f"pca(k={k})",
+        names=names,
+        components=components,
+        offset=offset,
+        threads=engine.threads,
+    )
 
 
 def resolve_space(engine: Engine, spec: str, condition: int) -> FeatureMap:
@@ -239,7 +245,8 @@ def resolve_space(engine: Engine, spec: str, condition: int) -> FeatureMap:
         if not combined:
             raise DegenerateInput(f"space {spec!r} is empty for this perturbation")
         return _selection(engine, spec, np.array(sorted(combined)))
-    bound = SPACES.resolve(spec)
+    # Resolved once per engine: every task asks, and parsing options costs 10 us.
+    bound = engine.memo(("space spec", spec), lambda: SPACES.resolve(spec))
     return bound(engine, condition)  # type: ignore[no-any-return]
 
 

@@ -13,6 +13,7 @@ import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from scperteval.engine.protocol import Protocol, ProtocolFamily
@@ -22,7 +23,7 @@ from scperteval.registry import did_you_mean
 __all__ = ["available_suites", "load_suite", "resolve_protocols", "Catalogue"]
 
 SUITE_PACKAGE = "scperteval.suites"
-ALIASES = {"all": "default"}
+ALIASES = MappingProxyType({"all": "default"})
 
 
 class Catalogue:

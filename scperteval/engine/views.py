@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
@@ -71,7 +70,6 @@ def make_view(
     return _de_view(engine, condition, source, space, None if cache_key is None else str(cache_key))
 
 
-@functools.lru_cache(maxsize=512)
 def space_is_shared(spec: str) -> bool:
     """Whether a space spec is the same for every condition of a covariate group."""
     return not space_is_per_condition(spec)
@@ -145,10 +143,11 @@ def _de_view(
     if source.moments is not None:
         moments = source.moments
         overestimate = engine.context.de_method == "t-test_overestim_var"
-        statistic = welch_statistic_between(moments, rest, overestimate)[0]
+        statistic = welch_statistic_between(moments, rest, overestimate, engine.threads)[0]
 
         def all_genes() -> np.ndarray:
-            return np.asarray(benjamini_hochberg(welch_between(moments, rest, overestimate)[1])[0])
+            pvalues = welch_between(moments, rest, overestimate, engine.threads)[1]
+            return np.asarray(benjamini_hochberg(pvalues, threads=engine.threads)[0])
 
         def adjusted_pvalues() -> np.ndarray:
             if cache_key is None:
@@ -203,6 +202,7 @@ def metric_context(
         target_features=space.positions_of(engine.target_genes(condition)),
         seed=engine.seed,
         device=engine.device,
+        threads=engine.threads,
     )
 
 

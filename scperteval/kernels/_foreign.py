@@ -9,7 +9,6 @@ pointers and leading dimensions as they are, without copying strided blocks.
 from __future__ import annotations
 
 import ctypes
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,6 @@ DOUBLE = ctypes.POINTER(ctypes.c_double)
 CHAR = ctypes.c_char_p
 
 
-@cache
 def routine(library: str, name: str, *arguments: Any) -> Any:
     """The routine ``name`` of ``scipy.linalg.cython_<library>``, callable with ``arguments``.
 

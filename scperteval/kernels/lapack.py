@@ -13,7 +13,6 @@ which releases the lock: the results are LAPACK's, bit for bit.
 from __future__ import annotations
 
 import ctypes
-from functools import cache
 
 import numpy as np
 
@@ -47,7 +46,6 @@ _LU_SIGNATURE = (INT, INT, INT, INT, DOUBLE, INT, INT, INT)
 _SOLVE_SIGNATURE = (CHAR, INT, INT, INT, INT, DOUBLE, INT, INT, DOUBLE, INT, INT)
 
 
-@cache
 def _absolute_tolerance() -> float:
     from scipy.linalg import lapack
 

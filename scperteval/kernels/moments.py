@@ -195,7 +195,7 @@ def balanced_group_ranges(
     order: np.ndarray,
     group_starts: np.ndarray,
     n_features: int,
-    n_workers: int | None = None,
+    n_workers: int,
 ) -> np.ndarray:
     """Split the groups into contiguous ranges of about equal work, one per thread.
 
@@ -206,7 +206,7 @@ def balanced_group_ranges(
     order, group_starts, n_features
         As for :func:`csr_group_moments`.
     n_workers
-        Number of ranges; :func:`scperteval.kernels.threads.kernel_threads` when omitted.
+        Number of ranges (the threads a kernel may use).
 
     Returns
     -------
@@ -215,10 +215,6 @@ def balanced_group_ranges(
 
     """
     n_groups = group_starts.shape[0] - 1
-    if n_workers is None:
-        from scperteval.kernels.threads import kernel_threads
-
-        n_workers = kernel_threads()
     n_workers = max(1, int(n_workers))
     # A static split by group count would leave one thread with the large control
     # groups; work is a group's stored entries plus its sweeps over the features.

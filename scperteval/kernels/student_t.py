@@ -79,7 +79,7 @@ def _log_ratio_coefficients(n_terms: int) -> np.ndarray:
     for k in range(3, largest + 1, 2):
         polynomial = sum(math.comb(k, j) * numbers[j] * quarter ** (k - j) for j in range(k + 1))
         coefficients.append(float(2 * polynomial / (k * (k - 1))))
-    return np.array(coefficients)
+    return _read_only(np.array(coefficients))
 
 
 def _series_coefficients(n_terms: int) -> np.ndarray:
@@ -97,7 +97,12 @@ def _series_coefficients(n_terms: int) -> np.ndarray:
             Fraction(0),
         )
         result.append(total / k)
-    return np.array([float(value) for value in result])
+    return _read_only(np.array([float(value) for value in result]))
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
 
 
 LOG_RATIO_COEFFICIENTS = _log_ratio_coefficients(8)

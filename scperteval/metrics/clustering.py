@@ -69,8 +69,8 @@ Float64Array = npt.NDArray[np.float64]
 DEFAULT_RESOLUTIONS = (0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0)
 #: Agreement scores between two clusterings.
 SCORES = ("ami", "nmi", "ari")
-# igraph has one process-wide random number generator.
-_IGRAPH_RNG_LOCK = threading.Lock()
+#: Where a thread keeps the seeded generator its Leiden run draws from.
+_GENERATOR_ATTRIBUTE = "scperteval_igraph_generator"
 
 
 def check_options(
@@ -196,15 +196,45 @@ def _igraph() -> Any:
     return igraph
 
 
+class _CallingThreadsGenerator:
+    """igraph's random source: the seeded generator of the thread that draws, else ``random``.
+
+    igraph has one random source per process and calls it from the thread running
+    the algorithm. With this source installed, Leiden runs on two threads (two runs
+    in one process) each draw from their own seed, and a thread with no seeded
+    generator draws from :mod:`random`, igraph's default; so it is never taken out.
+    """
+
+    @staticmethod
+    def _source() -> Any:
+        return getattr(threading.current_thread(), _GENERATOR_ATTRIBUTE, random)
+
+    def getrandbits(self, bits: int) -> int:
+        """``bits`` random bits."""
+        return int(self._source().getrandbits(bits))
+
+    def randint(self, low: int, high: int) -> int:
+        """A random integer in ``[low, high]``."""
+        return int(self._source().randint(low, high))
+
+    def random(self) -> float:
+        """A random float in ``[0, 1)``."""
+        return float(self._source().random())
+
+    def gauss(self, mu: float, sigma: float) -> float:
+        """A normal random number."""
+        return float(self._source().gauss(mu, sigma))
+
+
 @contextmanager
 def _seeded(igraph: Any, seed: int) -> Iterator[None]:
-    with _IGRAPH_RNG_LOCK:
-        igraph.set_random_number_generator(_SeededGenerator(seed))
-        try:
-            yield
-        finally:
-            # igraph's default source.
-            igraph.set_random_number_generator(random)
+    thread = threading.current_thread()
+    setattr(thread, _GENERATOR_ATTRIBUTE, _SeededGenerator(seed))
+    igraph.set_random_number_generator(_CallingThreadsGenerator())
+    try:
+        yield
+    finally:
+        delattr(thread, _GENERATOR_ATTRIBUTE)
 
 
 def leiden_labels(

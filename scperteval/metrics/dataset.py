@@ -31,6 +31,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from scperteval.kernels.threads import Threads
 from scperteval.metrics._common import DegenerateInput, as_matrix
 from scperteval.metrics._registry import METRICS
 from scperteval.metrics.metric_context import DatasetContext
@@ -215,11 +216,10 @@ def _distinct_rows(
 
 
 def _l1_distances(
-    pred: Float64Array, truth: Float64Array, keep: Float64Array | None
+    pred: Float64Array, truth: Float64Array, keep: Float64Array | None, threads: Threads
 ) -> Float64Array:
     """L1 distances of all pairs of rows, one compiled pass per pair."""
     from scperteval.kernels.distances import l1_distances
-    from scperteval.kernels.threads import even_bounds, kernel_threads, run_ranges
 
     out = np.empty((pred.shape[0], truth.shape[0]))
     mask = np.empty((0, 0)) if keep is None else np.ascontiguousarray(keep, dtype=np.float64)
@@ -234,8 +234,8 @@ def _l1_distances(
         )
 
     # Thousands of perturbations x thousands of genes is minutes of work: spread it.
-    n_blocks = kernel_threads() if rows.shape[0] * columns.size > 1 << 24 else 1
-    run_ranges(fill, even_bounds(rows.shape[0], n_blocks))
+    n_blocks = threads.count if rows.shape[0] * columns.size > 1 << 24 else 1
+    threads.run_ranges(fill, threads.even_bounds(rows.shape[0], n_blocks))
     return out
 
 
@@ -347,6 +347,7 @@ def distance_matrix(
     *,
     distance: Distance = "sqeuclidean",
     keep: npt.ArrayLike | None = None,
+    threads: Threads | None = None,
 ) -> Float64Array:
     """Distances ``D[i, j] = d(pred_i, truth_j)`` between all rows.
 
@@ -361,6 +362,9 @@ def distance_matrix(
         Optional 0/1 matrix shaped like ``pred``: row ``i`` of ``D`` is computed over
         the columns where ``keep[i]`` is 1 only (in both ``pred_i`` and every
         ``truth_j``).
+    threads
+        The run's kernel threads for the L1 distances (its own for the call when
+        omitted).
 
     Returns
     -------
@@ -391,7 +395,7 @@ def distance_matrix(
     if distance == "l1":
         # Each pair's own compiled sum, in a fixed order: identical rows get identical
         # distances wherever they are, so there are no repeats to look for.
-        return _l1_distances(p, t, mask)
+        return _l1_distances(p, t, mask, threads or Threads())
     # BLAS may round identical rows differently depending on their position; computing
     # each distinct row once makes ties between identical rows exact.
     if distance == "sqeuclidean" and mask is None:

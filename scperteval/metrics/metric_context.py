@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from scperteval.kernels.threads import Threads
+
 __all__ = ["PerturbationContext", "DatasetContext"]
 
 FeatureNames = tuple[str, ...] | npt.NDArray[np.str_] | npt.NDArray[np.object_]
@@ -50,6 +52,9 @@ class PerturbationContext:
     device
         Torch device for metrics that compute with torch (Sinkhorn); ``None``: the
         CPU.
+    threads
+        The run's kernel threads (:class:`~scperteval.kernels.threads.Threads`), which
+        hold BLAS to one thread for the population sums; ``None``: the metric's own.
 
     Raises
     ------
@@ -66,6 +71,7 @@ class PerturbationContext:
     target_features: tuple[int, ...] = ()
     seed: int = 0
     device: str | None = None
+    threads: Threads | None = None
 
     def __post_init__(self) -> None:
         n_features = len(self.features)

@@ -28,16 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from scperteval.errors import MissingExtraError
 from scperteval.kernels.sinkhorn_loop import DEFAULT_MAX_ITER, check_stopping
+from scperteval.kernels.threads import Threads
 from scperteval.metrics._common import DegenerateInput, as_matrix
 from scperteval.metrics._registry import METRICS
 from scperteval.metrics.metric_context import PerturbationContext
@@ -162,65 +160,6 @@ def rbf_transform(bandwidth: float) -> PairTransform:
     return ("rbf", -1.0 / (2.0 * sigma * sigma))
 
 
-_BLAS_LOCK = threading.Lock()
-_blas_state: dict[str, Any] = {"users": 0, "limiter": None, "controller": None}
-
-
-@contextmanager
-def single_threaded_blas() -> Iterator[None]:
-    """Run the enclosed matrix products on one BLAS thread, restoring the setting after.
-
-    Nested and concurrent uses share one limit: it is set by the first user and
-    restored when the last one leaves. For thin products (tens of features) waking
-    BLAS threads costs more than it saves; one thread also makes a product with many
-    features independent of the machine's thread count (BLAS may split the sum over
-    features between threads).
-    """
-    with _BLAS_LOCK:
-        if _blas_state["users"] == 0:
-            controller = _blas_state["controller"]
-            if controller is None:
-                try:
-                    from threadpoolctl import ThreadpoolController
-                except ImportError:  # pragma: no cover - shipped with scikit-learn
-                    controller = False
-                else:
-                    controller = ThreadpoolController()
-                _blas_state["controller"] = controller
-            if controller:
-                _blas_state["limiter"] = controller.limit(limits=1, user_api="blas")
-        _blas_state["users"] += 1
-    try:
-        yield
-    finally:
-        with _BLAS_LOCK:
-            _blas_state["users"] -= 1
-            if _blas_state["users"] == 0 and _blas_state["limiter"] is not None:
-                _blas_state["limiter"].restore_original_limits()
-                _blas_state["limiter"] = None
-
-
-_TORCH_LOCK = threading.Lock()
-_torch_state: dict[str, Any] = {"users": 0, "saved": 0}
-
-
-@contextmanager
-def _single_threaded_torch(torch: Any) -> Iterator[None]:
-    """Run the enclosed torch operations on one intra-op thread (shared like the BLAS limit)."""
-    with _TORCH_LOCK:
-        if _torch_state["users"] == 0:
-            _torch_state["saved"] = torch.get_num_threads()
-            torch.set_num_threads(1)
-        _torch_state["users"] += 1
-    try:
-        yield
-    finally:
-        with _TORCH_LOCK:
-            _torch_state["users"] -= 1
-            if _torch_state["users"] == 0:
-                torch.set_num_threads(_torch_state["saved"])
-
-
 def _tile_shape(n_rows: int, n_columns: int, max_block_bytes: int) -> tuple[int, int]:
     budget = max(1, min(_TILE_ELEMENTS, int(max_block_bytes) // (8 * _ARRAYS_PER_BLOCK)))
     columns = max(1, min(n_columns, _TILE_COLUMNS, budget))
@@ -235,7 +174,11 @@ def _check_transforms(transforms: Sequence[PairTransform]) -> None:
 
 
 def _pair_tiles(
-    x: Float64Array, y: Float64Array | None, want_root: bool, max_block_bytes: int
+    x: Float64Array,
+    y: Float64Array | None,
+    want_root: bool,
+    max_block_bytes: int,
+    threads: Threads | None = None,
 ) -> Iterator[tuple[Float64Array, Float64Array | None, int, float]]:
     """Yield ``(d2, root, offset, bound)`` per tile of pairs, in a fixed order.
 
@@ -262,7 +205,7 @@ def _pair_tiles(
     size = rows * columns
     tile_buffer = np.empty(size)
     root_buffer = np.empty(size) if want_root else None
-    with single_threaded_blas():
+    with (threads or Threads()).single_threaded_blas():
         for start in range(0, n, rows):
             stop = min(start + rows, n)
             sq_a = sq_x[start:stop]
@@ -319,6 +262,7 @@ def pair_sums(
     transforms: Sequence[PairTransform],
     *,
     max_block_bytes: int = DEFAULT_BLOCK_BYTES,
+    threads: Threads | None = None,
 ) -> list[float]:
     """Sums over pairs of each transform of the snapped squared distances, in one pass.
 
@@ -337,6 +281,9 @@ def pair_sums(
         :data:`SQRT` (Euclidean distance) and/or :func:`rbf_transform` values.
     max_block_bytes
         Memory bound for one tile of pairwise values and its temporaries.
+    threads
+        The run's threads, which hold BLAS to one thread (for a call without them,
+        its own: looking up the BLAS libraries costs milliseconds).
 
     Returns
     -------
@@ -351,7 +298,7 @@ def pair_sums(
     want_root = any(kind == "sqrt" for kind, _ in transforms)
     rows, columns = _tile_shape(x.shape[0], (x if y is None else y).shape[0], max_block_bytes)
     work_buffer = np.empty(rows * columns)
-    for d2, root, offset, bound in _pair_tiles(x, y, want_root, max_block_bytes):
+    for d2, root, offset, bound in _pair_tiles(x, y, want_root, max_block_bytes, threads):
         _add_tile_sums(totals, d2, root, offset, transforms, work_buffer, bound)
     return totals
 
@@ -370,13 +317,21 @@ class StoredPairs:
         Float64 point cloud, used as given (not shifted).
     max_block_bytes
         Memory bound for one tile (the tiling of :func:`pair_sums`).
+    threads
+        The run's threads, which hold BLAS to one thread (for a call without them,
+        its own: looking up the BLAS libraries costs milliseconds).
 
     """
 
-    def __init__(self, x: Float64Array, *, max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> None:
-        self._tiles = [
-            (d2.copy(), offset) for d2, _, offset, _ in _pair_tiles(x, None, False, max_block_bytes)
-        ]
+    def __init__(
+        self,
+        x: Float64Array,
+        *,
+        max_block_bytes: int = DEFAULT_BLOCK_BYTES,
+        threads: Threads | None = None,
+    ) -> None:
+        tiles = _pair_tiles(x, None, False, max_block_bytes, threads)
+        self._tiles = [(d2.copy(), offset) for d2, _, offset, _ in tiles]
         rows, columns = _tile_shape(x.shape[0], x.shape[0], max_block_bytes)
         self._work_size = rows * columns
 
@@ -506,7 +461,7 @@ def within_kernel_sum(
 
 
 def median_pairwise_distance(
-    z: npt.ArrayLike, *, max_block_bytes: int = DEFAULT_BLOCK_BYTES
+    z: npt.ArrayLike, *, max_block_bytes: int = DEFAULT_BLOCK_BYTES, threads: Threads | None = None
 ) -> float:
     """Median of the positive Euclidean distances between the rows of ``z``.
 
@@ -528,6 +483,9 @@ def median_pairwise_distance(
         Point cloud (rows are points).
     max_block_bytes
         Memory bound for one block of pairwise values and for the values kept.
+    threads
+        The run's threads, which hold BLAS to one thread (for a call without them,
+        its own: looking up the BLAS libraries costs milliseconds).
 
     Returns
     -------
@@ -543,7 +501,7 @@ def median_pairwise_distance(
     histogram: npt.NDArray[np.int64] | None = None
     kept: list[Float64Array] = []
     count = 0
-    with single_threaded_blas():
+    with (threads or Threads()).single_threaded_blas():
         for block in _within_pairs(points, max_block_bytes):
             positive = block[block > 0]
             count += positive.size
@@ -700,6 +658,12 @@ def mmd_from_sums(
     return (within_x + n) / (n * n) + (within_y + m) / (m * m) - 2.0 * cross / (n * m)
 
 
+def _threads_of(ctx: PerturbationContext | None) -> Threads:
+    """The run's threads of a metric call, or the call's own (one BLAS look-up per call)."""
+    threads = None if ctx is None else ctx.threads
+    return threads if threads is not None else Threads()
+
+
 def _check_sizes(n: int, m: int, unbiased: bool) -> None:
     needed = 2 if unbiased else 1
     if n < needed or m < needed:
@@ -742,7 +706,7 @@ def energy_distance(
     gt, pred
         Cells x features arrays (dense or scipy sparse) with the same features.
     ctx
-        Unused; accepted for the common metric signature.
+        The perturbation's context; its ``threads`` (a run's) hold BLAS to one thread.
     unbiased
         Use the unbiased within-sample terms.
 
@@ -762,9 +726,10 @@ def energy_distance(
     x, y = _cloud_pair(gt, pred)
     _check_sizes(x.shape[0], y.shape[0], unbiased)
     x, y = _centred(x, y)
-    (cross,) = pair_sums(x, y, [SQRT])
-    within_x = 2.0 * pair_sums(x, None, [SQRT])[0]
-    within_y = 2.0 * pair_sums(y, None, [SQRT])[0]
+    threads = _threads_of(ctx)
+    (cross,) = pair_sums(x, y, [SQRT], threads=threads)
+    within_x = 2.0 * pair_sums(x, None, [SQRT], threads=threads)[0]
+    within_y = 2.0 * pair_sums(y, None, [SQRT], threads=threads)[0]
     return energy_distance_from_sums(
         cross, within_x, within_y, x.shape[0], y.shape[0], unbiased=unbiased
     )
@@ -800,7 +765,7 @@ def mmd(
     gt, pred
         Cells x features arrays (dense or scipy sparse) with the same features.
     ctx
-        Unused; accepted for the common metric signature.
+        The perturbation's context; its ``threads`` (a run's) hold BLAS to one thread.
     bandwidth
         Kernel width ``sigma``. ``None`` (default) uses the median heuristic: the
         median of the Euclidean distances ``||z_i - z_j||`` over pairs ``i < j`` of
@@ -830,19 +795,20 @@ def mmd(
     """
     x, y = _cloud_pair(gt, pred)
     _check_sizes(x.shape[0], y.shape[0], unbiased)
+    threads = _threads_of(ctx)
     if bandwidth is None:
-        sigma = median_pairwise_distance(np.vstack([x, y])) or 1.0
+        sigma = median_pairwise_distance(np.vstack([x, y]), threads=threads) or 1.0
     elif bandwidth == "truth":
-        sigma = median_pairwise_distance(x) or 1.0
+        sigma = median_pairwise_distance(x, threads=threads) or 1.0
     elif isinstance(bandwidth, str):
         raise ValueError(f"bandwidth must be None, 'truth' or a number, got {bandwidth!r}")
     else:
         sigma = _check_bandwidth(bandwidth)
     x, y = _centred(x, y)
     kernel = rbf_transform(sigma)
-    (cross,) = pair_sums(x, y, [kernel])
-    within_x = 2.0 * pair_sums(x, None, [kernel])[0]
-    within_y = 2.0 * pair_sums(y, None, [kernel])[0]
+    (cross,) = pair_sums(x, y, [kernel], threads=threads)
+    within_x = 2.0 * pair_sums(x, None, [kernel], threads=threads)[0]
+    within_y = 2.0 * pair_sums(y, None, [kernel], threads=threads)[0]
     return mmd_from_sums(cross, within_x, within_y, x.shape[0], y.shape[0], unbiased=unbiased)
 
 
@@ -999,7 +965,8 @@ def sinkhorn(
         from scperteval.metrics._sinkhorn_torch import torch_divergence
 
         target = torch.device(device if device is not None else "cpu")
-        with contextlib.nullcontext() if target.type != "cpu" else _single_threaded_torch(torch):
+        on_cpu = target.type == "cpu"
+        with Threads.single_threaded_torch(torch) if on_cpu else contextlib.nullcontext():
             divergence = torch_divergence(
                 x,
                 y,
@@ -1018,6 +985,6 @@ def sinkhorn(
                 loss(torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)).item()
             )
         return math.sqrt(2.0 * max(divergence, 0.0))
-    with torch.no_grad(), _single_threaded_torch(torch):
+    with torch.no_grad(), Threads.single_threaded_torch(torch):
         divergence = float(loss(torch.from_numpy(x), torch.from_numpy(y)).item())
     return math.sqrt(2.0 * max(divergence, 0.0))

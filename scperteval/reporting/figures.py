@@ -9,6 +9,7 @@ SVG bytes.
 from __future__ import annotations
 
 import io
+from types import MappingProxyType
 from typing import Any
 
 import matplotlib as mpl
@@ -24,14 +25,16 @@ from scperteval.reporting.panels import distribution_figure, positive_figure
 
 __all__ = ["FIGURES", "draw_figures", "render", "heatmap_figure", "calibration_figure"]
 
-FIGURES = {
-    "heatmap": "Aggregate score of each entry (columns) on each protocol (rows), the headline "
-    "score first.",
-    "calibration": "DRF and BDS of each protocol, with the trust thresholds.",
-    "distributions": "Per-perturbation scores of each model.",
-    "versus_positive": "Each model's per-perturbation value against the positive control's.",
-    "versus": "Model against model: wins minus losses over the trusted protocols.",
-}
+FIGURES = MappingProxyType(
+    {
+        "heatmap": "Aggregate score of each entry (columns) on each protocol (rows), the headline "
+        "score first.",
+        "calibration": "DRF and BDS of each protocol, with the trust thresholds.",
+        "distributions": "Per-perturbation scores of each model.",
+        "versus_positive": "Each model's per-perturbation value against the positive control's.",
+        "versus": "Model against model: wins minus losses over the trusted protocols.",
+    }
+)
 UNTRUSTED_COLOUR = "#8c8c8c"
 TRUSTED_COLOUR = "#3b6ea8"
 ANNOTATE_MAX_COLUMNS = 25

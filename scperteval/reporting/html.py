@@ -68,7 +68,7 @@ figure img { max-width: 100%; height: auto; border: 1px solid #eaeef2; }
 figcaption { color: #57606a; font-size: 0.9em; }
 footer { margin-top: 3em; color: #57606a; font-size: 0.85em; }
 """
-_SECTIONS = [
+_SECTIONS = (
     ("leaderboard", "Leaderboard"),
     ("scores", "Per-protocol scores"),
     ("figures", "Figures"),
@@ -78,7 +78,7 @@ _SECTIONS = [
     ("tests", "Tests against the negative baselines"),
     ("protocols", "Protocols"),
     ("run", "Run"),
-]
+)
 
 Cell = tuple[str, str]
 

@@ -26,7 +26,7 @@ __all__ = ["per_perturbation_figures", "versus_figure", "PROTOCOLS_PER_PAGE", "M
 PROTOCOLS_PER_PAGE = 6
 MAX_LABELS = 60
 AXIS_LIMIT = 2.0
-KEYS = ["covariate", "perturbation"]
+KEYS = ("covariate", "perturbation")
 
 
 def _entries(result: Any) -> list[str]:
@@ -48,12 +48,12 @@ def _page(
 ) -> Figure:
     results = result.results
     part = results[results["protocol"].isin(protocols) & results["source_name"].isin(entries)]
-    order = part[KEYS].drop_duplicates().sort_values(KEYS)
+    order = part[list(list(KEYS))].drop_duplicates().sort_values(list(KEYS))
     shown_note = ""
     if len(order) > MAX_LABELS:
         # The perturbations where the entries disagree most, so the labels stay legible.
-        spread = part.groupby(KEYS, observed=True)[value].std().sort_values(ascending=False)
-        order = spread.index[:MAX_LABELS].to_frame(index=False).sort_values(KEYS)
+        spread = part.groupby(list(KEYS), observed=True)[value].std().sort_values(ascending=False)
+        order = spread.index[:MAX_LABELS].to_frame(index=False).sort_values(list(KEYS))
         shown_note = f" ({MAX_LABELS} of {len(spread)} perturbations, most disputed)"
     index = pd.MultiIndex.from_frame(order)
     n_cols = min(3, len(protocols))
@@ -71,7 +71,7 @@ def _page(
             ax.axvline(1.0, color="#2e7d32", linestyle="--", linewidth=1)
             ax.set_xlim(-AXIS_LIMIT - 0.15, AXIS_LIMIT + 0.15)
         for k, entry in enumerate(entries):
-            series = frame[frame["source_name"] == entry].set_index(KEYS)[value]
+            series = frame[frame["source_name"] == entry].set_index(list(KEYS))[value]
             series = series[~series.index.duplicated()].reindex(index)
             x = series.to_numpy(dtype=np.float64)
             y = positions + (k - (len(entries) - 1) / 2) * 0.12

@@ -17,7 +17,7 @@ __all__ = ["distribution_figure", "positive_figure", "MAX_SCATTER_PROTOCOLS"]
 MAX_SCATTER_PROTOCOLS = 6
 MAX_POINTS_PER_BOX = 300
 GRID_COLUMNS = 4
-KEYS = ["covariate", "perturbation"]
+KEYS = ("covariate", "perturbation")
 ENTRIES = ("model", "baseline")
 
 
@@ -160,16 +160,16 @@ def _scatter_protocols(result: Any) -> list[str]:
 
 
 def _scatter_panel(ax: Axes, part: pd.DataFrame, models: list[str], colours: list[Any]) -> None:
-    positive = part[part["source"] == "positive"].set_index(KEYS)["value"]
+    positive = part[part["source"] == "positive"].set_index(list(KEYS))["value"]
     shown: list[np.ndarray] = [positive.to_numpy(dtype=np.float64)]
-    negative = part[part["source"] == "negative"].set_index(KEYS)["value"]
+    negative = part[part["source"] == "negative"].set_index(list(KEYS))["value"]
     pairs = pd.concat([positive.rename("x"), negative.rename("y")], axis=1, join="inner")
     ax.scatter(pairs["x"], pairs["y"], marker="x", s=18, color="#9e9e9e", linewidths=1)
     shown.append(pairs["y"].to_numpy(dtype=np.float64))
     for model, colour in zip(models, colours, strict=True):
         values = part[(part["source"] == "model") & (part["source_name"] == model)]
         pairs = pd.concat(
-            [positive.rename("x"), values.set_index(KEYS)["value"].rename("y")],
+            [positive.rename("x"), values.set_index(list(KEYS))["value"].rename("y")],
             axis=1,
             join="inner",
         )

@@ -25,7 +25,7 @@ import pandas as pd
 
 __all__ = ["AcrossDatasets", "across_datasets", "dataset_label"]
 
-LONG_COLUMNS = [
+LONG_COLUMNS = (
     "model",
     "kind",
     "dataset",
@@ -37,7 +37,7 @@ LONG_COLUMNS = [
     "protocols",
     "listing",
     "flags",
-]
+)
 
 
 def dataset_label(info: Mapping[str, Any]) -> str:
@@ -132,7 +132,7 @@ def across_datasets(
         frame = board.headline.copy()
         frame.insert(2, "dataset", label)
         frames.append(frame)
-    long = pd.concat(frames, ignore_index=True)[LONG_COLUMNS]
+    long = pd.concat(frames, ignore_index=True)[list(LONG_COLUMNS)]
     kinds = long.drop_duplicates("model").set_index("model")["kind"]
     scores = long.pivot_table(
         index="model", columns="dataset", values="score", aggfunc="first", dropna=False

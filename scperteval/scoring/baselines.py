@@ -31,11 +31,11 @@ import scipy.linalg as sla
 from scperteval.engine.dispatch import Candidate
 from scperteval.engine.sources import SourceData
 from scperteval.metrics import DegenerateInput
-from scperteval.metrics.population import single_threaded_blas
 from scperteval.stats.groups import GroupStats
 
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
+    from scperteval.kernels.threads import Threads
 
 __all__ = [
     "baseline_candidates",
@@ -109,7 +109,8 @@ def cell_eval_mean_baseline(engine: Engine, condition: int) -> SourceData:
     centre = engine.memo(("baseline", CELL_EVAL_MEAN, covariate), profile)
     n_cells = engine.positions(condition, "all").size
     rows = np.tile(centre, (n_cells, 1))
-    moments = GroupStats.from_chunk(rows, np.zeros(n_cells, dtype=np.int64), 1)
+    codes = np.zeros(n_cells, dtype=np.int64)
+    moments = GroupStats.from_chunk(rows, codes, 1, engine.threads.serial())
     return SourceData(centroid=centre, rows=rows, moments=moments)
 
 
@@ -168,7 +169,7 @@ def fit_linear_baseline(engine: Engine, condition: int) -> SourceData:
     keep = np.arange(group.conditions.size) != own_row
     others = group.conditions[keep].tolist()
     deltas = group.deltas[keep]
-    embedding = _loo_embedding(group, own_row)
+    embedding = _loo_embedding(group, own_row, engine.threads)
     if embedding is None:
         embedding = _svd_embedding(deltas)
     features, targets = [], []
@@ -212,7 +213,7 @@ def _linear_group(engine: Engine, covariate: int) -> _LinearGroup:
         control = engine.control_mean(int(conditions[0]))
         deltas = engine.context.centroids("all")[conditions] - control
         centred = deltas - deltas.mean(axis=0)
-        with single_threaded_blas():
+        with engine.threads.single_threaded_blas():
             gram = centred @ centred.T
         return _LinearGroup(conditions, control, deltas, centred, gram)
 
@@ -236,7 +237,7 @@ def _svd_embedding(deltas: np.ndarray) -> np.ndarray:
 _GRAM_EIGENVALUE_FLOOR = 1e-8
 
 
-def _loo_embedding(group: _LinearGroup, left_out: int) -> np.ndarray | None:
+def _loo_embedding(group: _LinearGroup, left_out: int, threads: Threads) -> np.ndarray | None:
     """The embedding without one condition, from the group's Gram matrix; ``None``: use the SVD.
 
     With ``A`` the group's centred changes and ``a`` the left-out row, the others
@@ -265,7 +266,7 @@ def _loo_embedding(group: _LinearGroup, left_out: int) -> np.ndarray | None:
     values, vectors = values[::-1], vectors[:, ::-1]
     if not values[0] > 0 or values[-1] < _GRAM_EIGENVALUE_FLOOR * values[0]:
         return None
-    with single_threaded_blas():
+    with threads.single_threaded_blas():
         embedding = group.centred[keep].T @ vectors
         embedding += np.outer(group.centred[left_out], shift * vectors.sum(axis=0))
     return embedding

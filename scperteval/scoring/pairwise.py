@@ -33,7 +33,7 @@ __all__ = ["HEADLINE_PROTOCOL", "WIN_LEVEL", "pairwise_tests", "win_tie_loss", "
 
 HEADLINE_PROTOCOL = "score"
 WIN_LEVEL = 0.05
-COLUMNS = [
+COLUMNS = (
     "protocol",
     "entry",
     "other",
@@ -46,7 +46,7 @@ COLUMNS = [
     "wilcoxon_pvalue",
     "wilcoxon_pvalue_adj",
     "outcome",
-]
+)
 
 
 def wilcoxon_method(differences: np.ndarray) -> str:
@@ -175,7 +175,7 @@ def pairwise_tests(
             x, y = matrix[both, column[a]], matrix[both, column[b]]
             rows.append(_pair_row(protocol, a, b, x, y, sense))
     if not rows:
-        return pd.DataFrame(columns=COLUMNS)
+        return pd.DataFrame(columns=list(COLUMNS))
     table = pd.DataFrame(rows)
     for test in ("t", "wilcoxon"):
         table[f"{test}_pvalue_adj"] = np.nan
@@ -187,7 +187,7 @@ def pairwise_tests(
     table["outcome"] = np.where(
         significant & (balance > 0), "win", np.where(significant & (balance < 0), "loss", "tie")
     )
-    return table[COLUMNS].reset_index(drop=True)
+    return table[list(COLUMNS)].reset_index(drop=True)
 
 
 def win_tie_loss(pairs: pd.DataFrame, entries: Sequence[str]) -> pd.DataFrame:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -39,13 +40,15 @@ from scperteval.errors import DatasetError
 __all__ = ["PREDICTION_SUFFIXES", "PredictionArray", "PredictionTable", "read_prediction"]
 
 #: File suffixes read as predictions, and the form each holds.
-PREDICTION_SUFFIXES = {
-    ".h5ad": "AnnData",
-    ".csv": "CSV table",
-    ".tsv": "TSV table",
-    ".parquet": "Parquet table",
-    ".npz": "NumPy arrays",
-}
+PREDICTION_SUFFIXES = MappingProxyType(
+    {
+        ".h5ad": "AnnData",
+        ".csv": "CSV table",
+        ".tsv": "TSV table",
+        ".parquet": "Parquet table",
+        ".npz": "NumPy arrays",
+    }
+)
 
 ACCEPTED = (
     "an AnnData or .h5ad file, a pandas DataFrame or .csv/.tsv/.parquet table "

@@ -111,7 +111,8 @@ class Prediction:
         if cached is not None:
             return cached
         rows = self._rows(engine, condition, self.rows[condition])
-        moments = GroupStats.from_chunk(rows, np.zeros(rows.shape[0], dtype=np.int64), 1)
+        codes = np.zeros(rows.shape[0], dtype=np.int64)
+        moments = GroupStats.from_chunk(rows, codes, 1, engine.threads.serial())
         control = self._own_control(engine, condition)
         if self.pseudobulk:
             # One row per perturbation: a centroid, no cells for population protocols.

@@ -28,7 +28,6 @@ scores) holding the three terms as the challenge defines them.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -180,7 +179,6 @@ def vcc_scores(
     return table
 
 
-@functools.lru_cache(maxsize=1)
 def _challenge_definitions() -> dict[str, tuple[str, ...]]:
     from scperteval.engine.suites import resolve_protocols
 

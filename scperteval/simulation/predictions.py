@@ -9,6 +9,7 @@ as ``noise`` grows or ``scale`` moves away from 1.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import anndata as ad
@@ -22,11 +23,13 @@ __all__ = ["PREDICTION_KINDS", "simulate_predictions"]
 
 PREDICTION_KINDS = ("mean", "control", "mode_collapse", "noisy_truth", "scaled_effect")
 
-_DEFAULT_KEYS = {
-    "perturbation_key": "perturbation",
-    "covariate_key": "cell_line",
-    "control_label": "control",
-}
+_DEFAULT_KEYS = MappingProxyType(
+    {
+        "perturbation_key": "perturbation",
+        "covariate_key": "cell_line",
+        "control_label": "control",
+    }
+)
 
 # Dense outputs are transformed this many rows at a time to bound scratch memory.
 _ROW_BLOCK = 4096

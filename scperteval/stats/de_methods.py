@@ -18,6 +18,7 @@ import numpy as np
 
 from scperteval.data.dataset import Dataset
 from scperteval.data.layout import GroupLayout
+from scperteval.kernels.threads import Threads
 from scperteval.registry import Registry
 from scperteval.stats.diffexp import welch_between
 from scperteval.stats.groups import GroupStats
@@ -31,7 +32,7 @@ WELCH_METHODS = ("t-test", "t-test_overestim_var")
 
 
 class CellAccess(Protocol):
-    """What a DE method reading cells needs: the dataset and the cells' groups."""
+    """What a DE method needs: the dataset, the cells' groups and the run's kernel threads."""
 
     @property
     def dataset(self) -> Dataset:
@@ -43,13 +44,18 @@ class CellAccess(Protocol):
         """Which statistic group each cell belongs to."""
         ...  # pragma: no cover
 
+    @property
+    def threads(self) -> Threads:
+        """The run's kernel threads."""
+        ...  # pragma: no cover
+
 
 @DE_METHODS.register("t-test", description="Welch's t-test from group moments")
 def welch(
     cells: CellAccess, target: GroupStats, reference: GroupStats, reference_kind: str, half: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """Welch's t-test of every condition against its reference."""
-    return welch_between(target, reference)
+    return welch_between(target, reference, threads=cells.threads)
 
 
 @DE_METHODS.register(
@@ -60,7 +66,7 @@ def welch_overestimated_variance(
     cells: CellAccess, target: GroupStats, reference: GroupStats, reference_kind: str, half: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """Scanpy's ``t-test_overestim_var``: ``n_reference`` replaced by ``n_target``."""
-    return welch_between(target, reference, overestimate_variance=True)
+    return welch_between(target, reference, overestimate_variance=True, threads=cells.threads)
 
 
 @DE_METHODS.register(

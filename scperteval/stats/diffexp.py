@@ -29,7 +29,7 @@ import pandas as pd
 from scipy import special
 
 from scperteval.data.dataset import Condition
-from scperteval.kernels.threads import run_ranges
+from scperteval.kernels.threads import Threads
 from scperteval.stats.groups import GroupStats
 
 __all__ = [
@@ -209,6 +209,7 @@ def welch_t_test(
     mean_reference: np.ndarray,
     var_reference: np.ndarray,
     overestimate_variance: bool = False,
+    threads: Threads | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Welch's two-sided t-test from group moments, vectorised.
 
@@ -223,6 +224,8 @@ def welch_t_test(
     overestimate_variance
         Use the target's cell count in place of the reference's (scanpy's
         ``t-test_overestim_var``).
+    threads
+        The run's kernel threads (its own for the call when omitted).
 
     Returns
     -------
@@ -242,7 +245,7 @@ def welch_t_test(
     moments = (n_target, mean_target, var_target, n_reference, mean_reference, var_reference)
     statistic, dof = _welch_statistic_and_dof(moments, overestimate_variance)
     with np.errstate(divide="ignore", invalid="ignore"):
-        pvalue = two_sided_t_pvalues(dof, statistic)
+        pvalue = two_sided_t_pvalues(dof, statistic, threads)
     statistic = np.where(np.isnan(statistic), 0.0, statistic)
     pvalue = np.where(np.isnan(pvalue), np.where(np.isinf(statistic), 0.0, 1.0), pvalue)
     return statistic, pvalue
@@ -263,7 +266,10 @@ def _welch_statistic_and_dof(
 
 
 def welch_statistic_between(
-    target: GroupStats, reference: GroupStats, overestimate_variance: bool = False
+    target: GroupStats,
+    reference: GroupStats,
+    overestimate_variance: bool = False,
+    threads: Threads | None = None,
 ) -> np.ndarray:
     """The t statistics of :func:`welch_between`, without the costly p-values.
 
@@ -274,6 +280,8 @@ def welch_statistic_between(
         ``reference``.
     overestimate_variance
         As in :func:`welch_t_test`.
+    threads
+        The run's kernel threads (its own for the call when omitted).
 
     Returns
     -------
@@ -281,21 +289,21 @@ def welch_statistic_between(
         The same values as the statistics :func:`welch_between` returns.
 
     """
-    return _welch_rows(target, reference, overestimate_variance, with_pvalues=False)[0]
+    return _welch_rows(target, reference, overestimate_variance, False, threads)[0]
 
 
 #: Below this many values, one thread computes the p-values.
 PARALLEL_PVALUES = 1 << 15
 
 
-def _row_blocks(n_values: int, n_rows: int) -> list[int]:
-    """Boundaries of row blocks for :func:`~scperteval.kernels.threads.run_ranges`."""
-    from scperteval.kernels.threads import even_bounds
-
-    return even_bounds(n_rows, 1 if n_values < PARALLEL_PVALUES else n_rows)
+def _row_blocks(n_values: int, n_rows: int, threads: Threads) -> list[int]:
+    """Boundaries of row blocks for :meth:`~scperteval.kernels.threads.Threads.run_ranges`."""
+    return threads.even_bounds(n_rows, 1 if n_values < PARALLEL_PVALUES else n_rows)
 
 
-def two_sided_t_pvalues(dof: np.ndarray, statistic: np.ndarray) -> np.ndarray:
+def two_sided_t_pvalues(
+    dof: np.ndarray, statistic: np.ndarray, threads: Threads | None = None
+) -> np.ndarray:
     """``2 P(T_dof <= -|t|)`` elementwise: the two-sided p-values of t statistics.
 
     Computed by a compiled large-``dof`` expansion (see
@@ -308,6 +316,8 @@ def two_sided_t_pvalues(dof: np.ndarray, statistic: np.ndarray) -> np.ndarray:
     ----------
     dof, statistic
         Degrees of freedom and t statistics, broadcastable against each other.
+    threads
+        The run's kernel threads (its own for the call when omitted).
 
     Returns
     -------
@@ -323,7 +333,8 @@ def two_sided_t_pvalues(dof: np.ndarray, statistic: np.ndarray) -> np.ndarray:
     flat_dof = np.ascontiguousarray(dof, dtype=float).reshape(-1)
     flat_statistic = np.ascontiguousarray(statistic, dtype=float).reshape(-1)
     n_rows = statistic.shape[0]
-    bounds = _row_blocks(flat_statistic.size, n_rows)
+    threads = threads or Threads()
+    bounds = _row_blocks(flat_statistic.size, n_rows, threads)
     out = np.empty(flat_statistic.shape)
     per_row = flat_statistic.size // max(n_rows, 1)
 
@@ -333,12 +344,15 @@ def two_sided_t_pvalues(dof: np.ndarray, statistic: np.ndarray) -> np.ndarray:
             left = np.flatnonzero(out[span] < 0.0) + start * per_row
             out[left] = 2.0 * special.stdtr(flat_dof[left], -np.abs(flat_statistic[left]))
 
-    run_ranges(block, bounds)
+    threads.run_ranges(block, bounds)
     return out.reshape(statistic.shape)
 
 
 def welch_between(
-    target: GroupStats, reference: GroupStats, overestimate_variance: bool = False
+    target: GroupStats,
+    reference: GroupStats,
+    overestimate_variance: bool = False,
+    threads: Threads | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`welch_t_test` of each group of ``target`` against the same row of ``reference``.
 
@@ -348,6 +362,8 @@ def welch_between(
         Group statistics with the same number of groups and genes.
     overestimate_variance
         As in :func:`welch_t_test`.
+    threads
+        The run's kernel threads (its own for the call when omitted).
 
     Returns
     -------
@@ -357,11 +373,14 @@ def welch_between(
         computed in one compiled pass.
 
     """
-    return _welch_rows(target, reference, overestimate_variance, with_pvalues=True)
+    return _welch_rows(target, reference, overestimate_variance, True, threads)
 
 
 def welch_pvalues_between(
-    target: GroupStats, reference: GroupStats, overestimate_variance: bool = False
+    target: GroupStats,
+    reference: GroupStats,
+    overestimate_variance: bool = False,
+    threads: Threads | None = None,
 ) -> np.ndarray:
     """The two-sided p-values of :func:`welch_between` alone (the same values).
 
@@ -371,6 +390,8 @@ def welch_pvalues_between(
         Statistics of the target and reference groups, row by row.
     overestimate_variance
         Scanpy's ``t-test_overestim_var``.
+    threads
+        The run's kernel threads (its own for the call when omitted).
 
     Returns
     -------
@@ -378,11 +399,15 @@ def welch_pvalues_between(
         P-values, ``(n_groups, n_genes)``.
 
     """
-    return welch_between(target, reference, overestimate_variance)[1]
+    return welch_between(target, reference, overestimate_variance, threads)[1]
 
 
 def _welch_rows(
-    target: GroupStats, reference: GroupStats, overestimate_variance: bool, with_pvalues: bool
+    target: GroupStats,
+    reference: GroupStats,
+    overestimate_variance: bool,
+    with_pvalues: bool,
+    threads: Threads | None,
 ) -> tuple[np.ndarray, np.ndarray]:
     from scperteval.kernels.student_t import welch_rows
 
@@ -391,7 +416,8 @@ def _welch_rows(
             f"target statistics {target.mean.shape} and reference {reference.mean.shape} differ"
         )
     shape = target.mean.shape
-    bounds = _row_blocks(int(np.prod(shape)), shape[0])
+    threads = threads or Threads()
+    bounds = _row_blocks(int(np.prod(shape)), shape[0], threads)
     statistic = np.empty(shape)
     pvalue = np.empty(shape if with_pvalues else (0, 0))
     # A half of each perturbation is every other row of the group statistics:
@@ -422,17 +448,21 @@ def _welch_rows(
             # Only finite statistics are left here, so welch_t_test's rule reads: NaN -> 1.
             rows[unfinished] = np.where(np.isnan(values), 1.0, values)
 
-    run_ranges(block, bounds)
+    threads.run_ranges(block, bounds)
     return statistic, pvalue
 
 
-def log_fold_change(mean_target: np.ndarray, mean_reference: np.ndarray) -> np.ndarray:
+def log_fold_change(
+    mean_target: np.ndarray, mean_reference: np.ndarray, threads: Threads | None = None
+) -> np.ndarray:
     """Log2 ratio of the back-transformed means, ``expm1`` undoing ``log1p``.
 
     Parameters
     ----------
     mean_target, mean_reference
         Mean log1p expression, broadcastable against each other.
+    threads
+        The run's kernel threads (its own for the call when omitted).
 
     Returns
     -------
@@ -447,7 +477,8 @@ def log_fold_change(mean_target: np.ndarray, mean_reference: np.ndarray) -> np.n
     )
     if mean_target.ndim == 0:
         return np.log2((np.expm1(mean_target) + 1e-9) / (np.expm1(mean_reference) + 1e-9))
-    bounds = _row_blocks(mean_target.size, len(mean_target))
+    threads = threads or Threads()
+    bounds = _row_blocks(mean_target.size, len(mean_target), threads)
     out = np.empty(mean_target.shape)
 
     def block(start: int, stop: int) -> None:
@@ -459,7 +490,7 @@ def log_fold_change(mean_target: np.ndarray, mean_reference: np.ndarray) -> np.n
         np.divide(part, reference, out=part)
         np.log2(part, out=part)
 
-    run_ranges(block, bounds)
+    threads.run_ranges(block, bounds)
     return out
 
 

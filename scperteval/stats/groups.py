@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from scperteval.kernels.threads import Threads
+
 __all__ = ["GroupStats", "leave_one_out", "merge_groups", "subtract_group"]
 
 
@@ -80,7 +82,9 @@ class GroupStats:
         )
 
     @classmethod
-    def from_chunk(cls, matrix: Any, codes: np.ndarray, n_groups: int) -> GroupStats:
+    def from_chunk(
+        cls, matrix: Any, codes: np.ndarray, n_groups: int, threads: Threads | None = None
+    ) -> GroupStats:
         """Summarise one chunk of rows.
 
         Parameters
@@ -91,6 +95,9 @@ class GroupStats:
             Group index of each row; rows with a negative code are ignored.
         n_groups
             Total number of groups (codes lie in ``[0, n_groups)``).
+        threads
+            The run's kernel threads (a :class:`~scperteval.kernels.threads.Threads`
+            of its own when omitted).
 
         Returns
         -------
@@ -109,7 +116,7 @@ class GroupStats:
         if sp.issparse(matrix):
             # The kernel reads only the rows of the groups: ignored rows need no copy.
             csr = matrix if matrix.format == "csr" else matrix.tocsr()
-            mean, m2 = _sparse_moments(csr, codes, counts, n_groups)
+            mean, m2 = _sparse_moments(csr, codes, counts, n_groups, threads or Threads())
         else:
             if not all_kept:
                 rows = np.flatnonzero(keep)
@@ -210,10 +217,9 @@ def _with_contiguous_rows(values: np.ndarray) -> np.ndarray:
 
 
 def _sparse_moments(
-    matrix: Any, codes: np.ndarray, counts: np.ndarray, n_groups: int
+    matrix: Any, codes: np.ndarray, counts: np.ndarray, n_groups: int, threads: Threads
 ) -> tuple[np.ndarray, np.ndarray]:
     from scperteval.kernels.moments import balanced_group_ranges, csr_group_moments
-    from scperteval.kernels.threads import run_ranges
 
     # Visiting rows group by group keeps each group's accumulators in cache and
     # lets one thread own a group. Rows with negative codes sort first and belong
@@ -226,7 +232,9 @@ def _sparse_moments(
     np.cumsum(counts.astype(np.int64), out=group_starts[1:])
     group_starts[1:] += group_starts[0]
     n_features = int(matrix.shape[1])
-    bounds = balanced_group_ranges(matrix.indptr, order, group_starts, n_features).tolist()
+    bounds = balanced_group_ranges(
+        matrix.indptr, order, group_starts, n_features, threads.count
+    ).tolist()
     mean = np.empty((n_groups, n_features))
     m2 = np.empty((n_groups, n_features))
 
@@ -245,12 +253,12 @@ def _sparse_moments(
             )
         )
 
-    if not all(run_ranges(moments_of, bounds)):
+    if not all(threads.run_ranges(moments_of, bounds)):
         # Duplicate column indices in a row (the kernel checks as it reads, and only
         # in unsorted rows): their values must be summed before squaring.
         matrix = matrix.copy()
         matrix.sum_duplicates()
-        run_ranges(moments_of, bounds)
+        threads.run_ranges(moments_of, bounds)
     return mean, m2
 
 
@@ -269,7 +277,9 @@ def _dense_moments(
     return mean, m2
 
 
-def merge_groups(stats: GroupStats, labels: np.ndarray, n_out: int) -> GroupStats:
+def merge_groups(
+    stats: GroupStats, labels: np.ndarray, n_out: int, threads: Threads | None = None
+) -> GroupStats:
     """Merge groups into ``n_out`` larger groups in one compiled pass.
 
     Parameters
@@ -280,6 +290,8 @@ def merge_groups(stats: GroupStats, labels: np.ndarray, n_out: int) -> GroupStat
         Output group of each input group; negative labels are dropped.
     n_out
         Number of output groups.
+    threads
+        The run's kernel threads (its own for the call when omitted).
 
     Returns
     -------
@@ -299,6 +311,7 @@ def merge_groups(stats: GroupStats, labels: np.ndarray, n_out: int) -> GroupStat
         lambda first, stop: merge_group_rows(*arrays, members, starts, n, mean, m2, first, stop),
         mean.size,
         stats.n_features,
+        threads or Threads(),
     )
     return GroupStats(n=n, mean=mean, m2=m2)
 
@@ -317,18 +330,19 @@ def _sorted_members(labels: np.ndarray, n_labels: int) -> tuple[np.ndarray, np.n
 PARALLEL_MERGE = 1 << 15
 
 
-def _over_features(kernel: Callable[[int, int], None], n_values: int, n_features: int) -> None:
+def _over_features(
+    kernel: Callable[[int, int], None], n_values: int, n_features: int, threads: Threads
+) -> None:
     """Run ``kernel(first, stop)`` over feature ranges, in parallel when large.
 
     Features are independent in every merge, so each thread's values are those
     of one call over all features.
     """
-    from scperteval.kernels.threads import even_bounds, run_ranges
-
     if n_features == 0:
         kernel(0, 0)  # the counts are still merged
         return
-    run_ranges(kernel, even_bounds(n_features, 1 if n_values < PARALLEL_MERGE else n_features))
+    blocks = 1 if n_values < PARALLEL_MERGE else n_features
+    threads.run_ranges(kernel, threads.even_bounds(n_features, blocks))
 
 
 def subtract_group(total: GroupStats, part: GroupStats) -> GroupStats:
@@ -356,7 +370,9 @@ def subtract_group(total: GroupStats, part: GroupStats) -> GroupStats:
     return GroupStats(n=n, mean=mean, m2=np.where(n[:, None] > 0, m2, 0.0))
 
 
-def leave_one_out(stats: GroupStats, labels: np.ndarray) -> GroupStats:
+def leave_one_out(
+    stats: GroupStats, labels: np.ndarray, threads: Threads | None = None
+) -> GroupStats:
     """Per group, the pooled statistics of every *other* group with the same label.
 
     Computed by merging prefixes and suffixes (:meth:`GroupStats.combine`), never
@@ -369,6 +385,8 @@ def leave_one_out(stats: GroupStats, labels: np.ndarray) -> GroupStats:
         Statistics of the input groups.
     labels
         Label of each input group; each group is pooled with the others of its label.
+    threads
+        The run's kernel threads (its own for the call when omitted).
 
     Returns
     -------
@@ -388,5 +406,6 @@ def leave_one_out(stats: GroupStats, labels: np.ndarray) -> GroupStats:
         lambda first, stop: leave_one_out_rows(*arrays, members, starts, n, mean, m2, first, stop),
         mean.size,
         stats.n_features,
+        threads or Threads(),
     )
     return GroupStats(n=n, mean=mean, m2=m2)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from scperteval.errors import SpecError
-from scperteval.kernels.threads import even_bounds, run_ranges
+from scperteval.kernels.threads import Threads
 from scperteval.stats.diffexp import PARALLEL_PVALUES
 
 __all__ = ["CORRECTIONS", "adjust", "benjamini_hochberg"]
@@ -23,7 +23,9 @@ __all__ = ["CORRECTIONS", "adjust", "benjamini_hochberg"]
 CORRECTIONS = ("holm", "bh", "bonferroni", "none")
 
 
-def benjamini_hochberg(pvalues: np.ndarray, *, overwrite: bool = False) -> np.ndarray:
+def benjamini_hochberg(
+    pvalues: np.ndarray, *, overwrite: bool = False, threads: Threads | None = None
+) -> np.ndarray:
     """Benjamini-Hochberg adjusted p-values, one family of tests along the last axis.
 
     Identical values to ``scipy.stats.false_discovery_control(pvalues, axis=-1,
@@ -38,6 +40,8 @@ def benjamini_hochberg(pvalues: np.ndarray, *, overwrite: bool = False) -> np.nd
         Write the adjusted values over ``pvalues`` when it is a C-contiguous float64
         array with more than one test per family (the result is then that array),
         sparing a second array of its size; its raw values are lost.
+    threads
+        The run's kernel threads (its own for the call when omitted).
 
     Returns
     -------
@@ -62,7 +66,8 @@ def benjamini_hochberg(pvalues: np.ndarray, *, overwrite: bool = False) -> np.nd
 
     rows = np.ascontiguousarray(pvalues).reshape(-1, pvalues.shape[-1])
     n_rows = rows.shape[0]
-    bounds = even_bounds(n_rows, 1 if rows.size < PARALLEL_PVALUES else n_rows)
+    threads = threads or Threads()
+    bounds = threads.even_bounds(n_rows, 1 if rows.size < PARALLEL_PVALUES else n_rows)
     # In place is safe: the pass reads each p-value once, before writing its result.
     out = rows if overwrite else np.empty(rows.shape)
 
@@ -70,7 +75,7 @@ def benjamini_hochberg(pvalues: np.ndarray, *, overwrite: bool = False) -> np.nd
         order = np.argsort(rows[start:stop], axis=-1)
         return bool(benjamini_hochberg_rows(rows[start:stop], order, out[start:stop]))
 
-    if not all(run_ranges(block, bounds)):
+    if not all(threads.run_ranges(block, bounds)):
         raise ValueError("`ps` must include only numbers between 0 and 1.")
     return out.reshape(pvalues.shape)
 

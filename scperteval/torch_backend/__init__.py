@@ -22,6 +22,7 @@ See ``docs/torch.md``.
 from __future__ import annotations
 
 import importlib
+from types import MappingProxyType
 from typing import Any
 
 from scperteval.errors import MissingExtraError
@@ -55,7 +56,7 @@ __all__ = [
 ]
 
 #: Names resolved on first use: their modules sit in a higher layer than this package.
-_LAZY = {"PerturbationMetrics": "scperteval.torch_backend.training"}
+_LAZY = MappingProxyType({"PerturbationMetrics": "scperteval.torch_backend.training"})
 
 
 def __getattr__(name: str) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -43,10 +44,10 @@ _SNAP_EPS_FACTOR = 100.0
 # Block-sized tensors alive at once: the block, the snapping bound, a mask, a copy.
 _TENSORS_PER_BLOCK = 4
 # Bits of the key resolved by the first and by each later pass of the median selection.
-_FIRST_DIGIT_BITS = {torch.float64: 20, torch.float32: 16}
+_FIRST_DIGIT_BITS = MappingProxyType({torch.float64: 20, torch.float32: 16})
 _DIGIT_BITS = 16
-_KEY_DTYPE = {torch.float64: torch.int64, torch.float32: torch.int32}
-_KEY_BITS = {torch.float64: 64, torch.float32: 32}
+_KEY_DTYPE = MappingProxyType({torch.float64: torch.int64, torch.float32: torch.int32})
+_KEY_BITS = MappingProxyType({torch.float64: 64, torch.float32: 32})
 
 Transform = Callable[[torch.Tensor], torch.Tensor]
 

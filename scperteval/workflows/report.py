@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
@@ -34,7 +35,7 @@ __all__ = ["report"]
 
 MERGE_KEYS = ("seed", "truth", "de_method", "control")
 #: The value of a merge key in a run recorded before the key existed.
-MERGE_DEFAULTS = {"control": "measured"}
+MERGE_DEFAULTS = MappingProxyType({"control": "measured"})
 # Reading options that change which cells or values a run scored (not how it read them).
 IDENTITY_OPTIONS = (
     "perturbation_key",
@@ -45,7 +46,7 @@ IDENTITY_OPTIONS = (
     "normalize",
     "subset",
 )
-ROW_KEYS = ["protocol", "covariate", "perturbation", "source", "source_name"]
+ROW_KEYS = ("protocol", "covariate", "perturbation", "source", "source_name")
 Run = tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]
 
 
@@ -161,8 +162,7 @@ def _merged(runs: Sequence[Run], paths: Sequence[Path], settings: dict[str, Any]
             ours = first.get(key, MERGE_DEFAULTS.get(key))
             if theirs != ours:
                 raise DatasetError(
-                    f"cannot merge {path} with {paths[0]}: different {key} "
-                    f"({theirs!r} vs {ours!r})"
+                    f"cannot merge {path} with {paths[0]}: different {key} ({theirs!r} vs {ours!r})"
                 )
     results, protocols = _merge([r[0] for r in runs], [r[1] for r in runs], paths)
     thresholds = settings["thresholds"] or Thresholds(**first.get("thresholds", {}))
@@ -215,7 +215,7 @@ def _merge(
             f"runs define protocol {clash.iloc[0]!r} differently; rename one of them"
         )
     merged = pd.concat(tables, ignore_index=True)
-    conflicts = merged.groupby(ROW_KEYS, observed=True)["value"].nunique(dropna=False)
+    conflicts = merged.groupby(list(ROW_KEYS), observed=True)["value"].nunique(dropna=False)
     if (conflicts > 1).any():
         protocol, covariate, perturbation, source, name = conflicts[conflicts > 1].index[0]
         origin = [
@@ -228,7 +228,7 @@ def _merge(
             f"{perturbation!r} ({covariate}): scored differently in {', '.join(origin)}; "
             "a model may appear in several runs only with the same predictions"
         )
-    merged = merged.drop_duplicates(subset=ROW_KEYS, keep="first").reset_index(drop=True)
+    merged = merged.drop_duplicates(subset=list(ROW_KEYS), keep="first").reset_index(drop=True)
     order = list(dict.fromkeys(p for table in protocol_tables for p in table["protocol"]))
     protocols = (
         pd.concat(protocol_tables, ignore_index=True)

@@ -9,7 +9,8 @@ undefined on its vectors (constant or zero vectors, no weight) is NaN.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 import torch
 
@@ -157,14 +158,16 @@ def weighted_r2(
     return _nan_where(_constant(x, support) | (total == 0), value)
 
 
-CENTROID_KERNELS: dict[str, Kernel] = {
-    "pearson": pearson,
-    "r2": r2,
-    "mse": mse,
-    "mae": mae,
-    "l2": l2,
-    "cosine": cosine,
-    "weighted_mse": weighted_mse,
-    "weighted_pearson": weighted_pearson,
-    "weighted_r2": weighted_r2,
-}
+CENTROID_KERNELS: Mapping[str, Kernel] = MappingProxyType(
+    {
+        "pearson": pearson,
+        "r2": r2,
+        "mse": mse,
+        "mae": mae,
+        "l2": l2,
+        "cosine": cosine,
+        "weighted_mse": weighted_mse,
+        "weighted_pearson": weighted_pearson,
+        "weighted_r2": weighted_r2,
+    }
+)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ from scperteval.torch_backend.training.result import ProtocolResult
 
 __all__ = ["PerturbationMetrics"]
 
-_PRECISIONS = {"float64": torch.float64, "float32": torch.float32}
+_PRECISIONS = MappingProxyType({"float64": torch.float64, "float32": torch.float32})
 _AGGREGATES = ("median", "mean")
 
 
