@@ -71,6 +71,6 @@ def wilcoxon(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mann-Whitney U test on the cells (reads them; slower than the t-tests)."""
     # Imported here so that runs without rank tests never import scipy.stats.
-    from scperteval.stats.wilcoxon import wilcoxon_all
+    from scperteval.stats.rank_test import wilcoxon_all
 
     return wilcoxon_all(cells.dataset, cells.layout, reference_kind, half)
