@@ -10,7 +10,7 @@ from scipy import special, stats
 from scperteval.stats.rank_test import ReferenceRankTest
 
 
-def mann_whitney(target: np.ndarray, reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def pooled_ranking(target: np.ndarray, reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Textbook pooled ranking: z of the rank sum (tie-corrected), two-sided normal p."""
     n_target, n_reference = target.shape[0], reference.shape[0]
     pooled = np.concatenate([target, reference], axis=0)
@@ -50,7 +50,7 @@ def test_equals_the_pooled_ranking_and_scipy(float32: bool, sparse: bool) -> Non
         reference, target = _groups(seed, float32)
         test = ReferenceRankTest(reference)
         z, p = test.test(sp.csr_matrix(target) if sparse else target)
-        z_pooled, p_pooled = mann_whitney(target, reference)
+        z_pooled, p_pooled = pooled_ranking(target, reference)
         np.testing.assert_allclose(z, z_pooled, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(p, p_pooled, rtol=1e-12, atol=1e-15)
         for gene in range(1, reference.shape[1]):
@@ -67,7 +67,7 @@ def test_many_targets_against_one_reference() -> None:
     rng = np.random.default_rng(9)
     for _ in range(5):
         target = np.round(rng.exponential(1.0, (int(rng.integers(1, 30)), 12)), 1)
-        np.testing.assert_allclose(test.test(target)[1], mann_whitney(target, reference)[1])
+        np.testing.assert_allclose(test.test(target)[1], pooled_ranking(target, reference)[1])
 
 
 def test_gene_count_must_match() -> None:
@@ -86,6 +86,6 @@ def test_sparse_target_with_stored_zeros_and_negatives() -> None:
     stored.data[1::7] = -0.0
     dense = stored.toarray()
     z, p = ReferenceRankTest(reference).test(stored)
-    z_pooled, p_pooled = mann_whitney(dense, reference)
+    z_pooled, p_pooled = pooled_ranking(dense, reference)
     np.testing.assert_allclose(z, z_pooled, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(p, p_pooled, rtol=1e-12, atol=1e-15)

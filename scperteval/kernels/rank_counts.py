@@ -1,13 +1,14 @@
 """Rank-sum counts of target groups against a reference sorted once per gene.
 
 A Mann-Whitney U statistic needs, for each target value, the number of reference
-values below it and equal to it. The reference's nonzero values are sorted once per
-gene (:func:`sort_genes`); each target's values are sorted per gene and found in the
-reference by galloping from where the previous one was found, so that a target as
-dense as the reference costs a merge and a sparse one a few binary searches. The
-counts are integers (halves for ties), exact in float64, so the result does not
-depend on the order of the additions. Both kernels work on a range of genes and
-release the GIL, for :func:`~scperteval.kernels.threads.run_ranges`.
+values below it and equal to it. The reference's nonzero values are gathered by gene
+(:func:`gather_by_gene`) and sorted once per gene (:func:`sort_genes`); then, gene
+after gene, every target group's nonzero values are sorted and found in the
+reference's by binary search (:func:`rank_counts`), the gene's reference values
+staying in cache for all the groups. The counts are integers (halves for ties),
+exact in float64, so the result does not depend on the order of the additions. The
+kernels on a range of genes release the GIL, for
+:func:`~scperteval.kernels.threads.run_ranges`.
 """
 
 from __future__ import annotations
@@ -52,25 +53,6 @@ def _first_above(values: np.ndarray, start: int, stop: int, value: float) -> int
         base += half * (values[base + half] <= value)
         length -= half
     return base + (values[base] <= value)
-
-
-#: Below this many values, insertion sort: numba's sort costs most of a small count.
-INSERTION_SORT_LENGTH = 48
-
-
-@numba.njit(cache=True, nogil=True)
-def _sort_short(values: np.ndarray) -> None:
-    """Sort in place; by insertion when short (a group's values of one gene mostly are)."""
-    if values.size > INSERTION_SORT_LENGTH:
-        values.sort()
-        return
-    for index in range(1, values.size):
-        value = values[index]
-        slot = index
-        while slot > 0 and values[slot - 1] > value:
-            values[slot] = values[slot - 1]
-            slot -= 1
-        values[slot] = value
 
 
 @numba.njit(cache=True, nogil=True)
@@ -222,7 +204,7 @@ def rank_counts(
                     n_positive += value > 0.0
                 entry += 1
             target = scratch[:count]
-            _sort_short(target)
+            target.sort()
             position = first
             total = 0.0
             ties = 0.0
