@@ -31,7 +31,7 @@ from scperteval.engine.sources import SourceData
 from scperteval.metrics import DegenerateInput
 from scperteval.metrics.cell_eval import ControlDE, control_log2_fold_change
 from scperteval.stats.multiple_testing import benjamini_hochberg
-from scperteval.stats.reference_rank_test import ReferenceRankTest
+from scperteval.stats.rank_test import ReferenceRankTest
 
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
@@ -118,7 +118,8 @@ class _Control:
 
     def rank_test(self) -> ReferenceRankTest:
         return self.memo(  # type: ignore[no-any-return]
-            "control_rank_test", lambda: ReferenceRankTest(self.cells())
+            "control_rank_test",
+            lambda: ReferenceRankTest(self.cells(), threads=self.engine.threads),
         )
 
     def mean(self) -> np.ndarray:
@@ -136,9 +137,9 @@ def control_de_table(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Log2 fold changes and BH-adjusted Wilcoxon p-values of cells vs the control, all genes.
 
-    The p-values are those of :func:`~scperteval.stats.rank_test.mann_whitney` on the
-    cells and the control cells, from the control sorted once per covariate group
-    (:class:`~scperteval.stats.reference_rank_test.ReferenceRankTest`).
+    The p-values are Mann-Whitney U tests of the cells against the control cells,
+    sorted once per covariate group
+    (:class:`~scperteval.stats.rank_test.ReferenceRankTest`).
 
     Parameters
     ----------

@@ -22,6 +22,7 @@ from scperteval.kernels.threads import Threads
 from scperteval.registry import Registry
 from scperteval.stats.diffexp import welch_between
 from scperteval.stats.groups import GroupStats
+from scperteval.stats.rank_test import wilcoxon_all
 
 __all__ = ["DE_METHODS", "WELCH_METHODS", "CellAccess"]
 
@@ -76,7 +77,4 @@ def wilcoxon(
     cells: CellAccess, target: GroupStats, reference: GroupStats, reference_kind: str, half: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mann-Whitney U test on the cells (reads them; slower than the t-tests)."""
-    # Imported here so that runs without rank tests never import scipy.stats.
-    from scperteval.stats.wilcoxon import wilcoxon_all
-
-    return wilcoxon_all(cells.dataset, cells.layout, reference_kind, half)
+    return wilcoxon_all(cells.dataset, cells.layout, reference_kind, half, cells.threads)
