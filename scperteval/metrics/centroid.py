@@ -24,8 +24,6 @@ from scperteval.metrics._common import as_vector_pair
 from scperteval.metrics._registry import METRICS
 from scperteval.metrics.metric_context import PerturbationContext
 
-Metric = Callable[..., float]
-
 __all__ = [
     "pearson",
     "r2",
@@ -41,7 +39,7 @@ __all__ = [
 _NAN = float("nan")
 
 
-def _register(description: str, **meta: Any) -> Callable[[Metric], Metric]:
+def _register(description: str, **meta: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a perturbation-scope centroid metric under its function's name."""
     return METRICS.register(
         description=description, representation="centroid", scope="perturbation", **meta

@@ -53,7 +53,6 @@ __all__ = [
 ]
 
 Float64Array = npt.NDArray[np.float64]
-DatasetMetric = Callable[..., Float64Array]
 Distance = Literal["sqeuclidean", "l1", "cosine"]
 _DISTANCES = ("sqeuclidean", "l1", "cosine")
 #: The distance of the rank metrics unless a protocol names another.
@@ -503,7 +502,7 @@ def pds_from_distances(distances: npt.ArrayLike) -> Float64Array:
 # --------------------------------------------------------------------------- metrics
 
 
-def _register(description: str, **meta: Any) -> Callable[[DatasetMetric], DatasetMetric]:
+def _register(description: str, **meta: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a dataset-scope centroid metric under its function's name."""
     return METRICS.register(
         description=description, representation="centroid", scope="dataset", **meta
