@@ -14,6 +14,9 @@ NaN, silently. Non-finite input values raise
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -34,6 +37,13 @@ __all__ = [
 ]
 
 _NAN = float("nan")
+
+
+def _register(description: str, **meta: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a perturbation-scope centroid metric under its function's name."""
+    return METRICS.register(
+        description=description, representation="centroid", scope="perturbation", **meta
+    )
 
 
 def _is_constant(values: npt.NDArray[np.float64]) -> bool:
@@ -57,14 +67,23 @@ def _unit(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64] | None:
     return result
 
 
-@METRICS.register(
-    "pearson",
-    description="Pearson correlation between truth and prediction",
-    representation="centroid",
-    scope="perturbation",
-    better="higher",
-    perfect=1.0,
-)
+def _cosine_of(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> float:
+    """Cosine of the angle between two vectors, NaN where either has no direction."""
+    ux = _unit(x)
+    uy = _unit(y)
+    if ux is None or uy is None:
+        return _NAN
+    return float(np.clip(np.dot(ux, uy), -1.0, 1.0))
+
+
+def _r2_from(residual: float, total: float) -> float:
+    """``1 - residual / total``, NaN where the deviations underflow to a zero total."""
+    if total == 0:
+        return _NAN
+    return float(1.0 - residual / total)
+
+
+@_register("Pearson correlation between truth and prediction", better="higher", perfect=1.0)
 def pearson(
     gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None
 ) -> float:
@@ -94,18 +113,11 @@ def pearson(
     x, y = as_vector_pair(gt, pred)
     if x.size < 2 or _is_constant(x) or _is_constant(y):
         return _NAN
-    ux = _unit(x - x.mean())
-    uy = _unit(y - y.mean())
-    if ux is None or uy is None:
-        return _NAN
-    return float(np.clip(np.dot(ux, uy), -1.0, 1.0))
+    return _cosine_of(x - x.mean(), y - y.mean())
 
 
-@METRICS.register(
-    "r2",
-    description="coefficient of determination R^2 of the prediction (unbounded below)",
-    representation="centroid",
-    scope="perturbation",
+@_register(
+    "coefficient of determination R^2 of the prediction (unbounded below)",
     better="higher",
     perfect=1.0,
 )
@@ -140,21 +152,10 @@ def r2(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None =
     x, y = as_vector_pair(gt, pred)
     if _is_constant(x):
         return _NAN
-    residual = np.sum((x - y) ** 2)
-    total = np.sum((x - x.mean()) ** 2)
-    if total == 0:  # deviations too small to square without underflow
-        return _NAN
-    return float(1.0 - residual / total)
+    return _r2_from(np.sum((x - y) ** 2), np.sum((x - x.mean()) ** 2))
 
 
-@METRICS.register(
-    "mse",
-    description="mean squared error",
-    representation="centroid",
-    scope="perturbation",
-    better="lower",
-    perfect=0.0,
-)
+@_register("mean squared error", better="lower", perfect=0.0)
 def mse(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Mean squared error across features.
 
@@ -180,14 +181,7 @@ def mse(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None 
     return float(np.mean((x - y) ** 2))
 
 
-@METRICS.register(
-    "mae",
-    description="mean absolute error",
-    representation="centroid",
-    scope="perturbation",
-    better="lower",
-    perfect=0.0,
-)
+@_register("mean absolute error", better="lower", perfect=0.0)
 def mae(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Mean absolute error across features.
 
@@ -208,13 +202,8 @@ def mae(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None 
     return float(np.mean(np.abs(x - y)))
 
 
-@METRICS.register(
-    "l2",
-    description="Euclidean norm of the difference between truth and prediction",
-    representation="centroid",
-    scope="perturbation",
-    better="lower",
-    perfect=0.0,
+@_register(
+    "Euclidean norm of the difference between truth and prediction", better="lower", perfect=0.0
 )
 def l2(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Euclidean distance ``||gt - pred||_2`` (not divided by the number of features).
@@ -236,14 +225,7 @@ def l2(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None =
     return float(np.linalg.norm(x - y))
 
 
-@METRICS.register(
-    "cosine",
-    description="cosine similarity between truth and prediction",
-    representation="centroid",
-    scope="perturbation",
-    better="higher",
-    perfect=1.0,
-)
+@_register("cosine similarity between truth and prediction", better="higher", perfect=1.0)
 def cosine(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Cosine similarity ``dot(gt, pred) / (||gt|| ||pred||)`` (no centering).
 
@@ -261,12 +243,7 @@ def cosine(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | No
         truth). NaN when either vector is all zero, where the angle is undefined.
 
     """
-    x, y = as_vector_pair(gt, pred)
-    ux = _unit(x)
-    uy = _unit(y)
-    if ux is None or uy is None:
-        return _NAN
-    return float(np.clip(np.dot(ux, uy), -1.0, 1.0))
+    return _cosine_of(*as_vector_pair(gt, pred))
 
 
 def _weights(ctx: PerturbationContext | None, size: int, metric: str) -> npt.NDArray[np.float64]:
@@ -280,11 +257,8 @@ def _weights(ctx: PerturbationContext | None, size: int, metric: str) -> npt.NDA
     return weights
 
 
-@METRICS.register(
-    "weighted_mse",
-    description="DEG-weighted mean squared error (Mejia et al. 2025)",
-    representation="centroid",
-    scope="perturbation",
+@_register(
+    "DEG-weighted mean squared error (Mejia et al. 2025)",
     better="lower",
     perfect=0.0,
     needs=("weights",),
@@ -326,11 +300,8 @@ def weighted_mse(
     return float(np.dot(w, (x - y) ** 2) / total)
 
 
-@METRICS.register(
-    "weighted_pearson",
-    description="DEG-weighted Pearson correlation (weighted means and covariance)",
-    representation="centroid",
-    scope="perturbation",
+@_register(
+    "DEG-weighted Pearson correlation (weighted means and covariance)",
     better="higher",
     perfect=1.0,
     needs=("weights",),
@@ -372,18 +343,11 @@ def weighted_pearson(
     w, x, y = w[support] / w[support].sum(), x[support], y[support]
     # Multiplying by sqrt(w) turns the weighted moments into plain dot products.
     root = np.sqrt(w)
-    ux = _unit(root * (x - np.dot(w, x)))
-    uy = _unit(root * (y - np.dot(w, y)))
-    if ux is None or uy is None:
-        return _NAN
-    return float(np.clip(np.dot(ux, uy), -1.0, 1.0))
+    return _cosine_of(root * (x - np.dot(w, x)), root * (y - np.dot(w, y)))
 
 
-@METRICS.register(
-    "weighted_r2",
-    description="DEG-weighted R^2 (sample_weight = DEG weights; Mejia et al. 2025)",
-    representation="centroid",
-    scope="perturbation",
+@_register(
+    "DEG-weighted R^2 (sample_weight = DEG weights; Mejia et al. 2025)",
     better="higher",
     perfect=1.0,
     needs=("weights",),
@@ -425,8 +389,4 @@ def weighted_r2(
     if not support.any() or _is_constant(x[support]):
         return _NAN
     w = w / w.sum()
-    residual = np.dot(w, (x - y) ** 2)
-    total = np.dot(w, (x - np.dot(w, x)) ** 2)
-    if total == 0:  # deviations too small to square without underflow
-        return _NAN
-    return float(1.0 - residual / total)
+    return _r2_from(np.dot(w, (x - y) ** 2), np.dot(w, (x - np.dot(w, x)) ** 2))

@@ -25,8 +25,9 @@ whose rows are all equal:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -136,6 +137,18 @@ def _unique_rows(
     return order[first], inverse
 
 
+def _expanded_sqeuclidean(
+    pred: Float64Array, truth: Float64Array, truth_norms: Float64Array
+) -> Float64Array:
+    """``||p_i||^2 + truth_norms[., j] - 2 p_i.t_j``, with the rounding below 0 clipped."""
+    d = pred @ truth.T
+    d *= -2.0
+    d += np.einsum("ij,ij->i", pred, pred)[:, None]
+    d += truth_norms
+    result: Float64Array = np.maximum(d, 0.0)
+    return result
+
+
 def _distances_of_unique(
     pred: Float64Array, truth: Float64Array, keep: Float64Array | None, distance: str
 ) -> Float64Array:
@@ -149,15 +162,8 @@ def _distances_of_unique(
         shift = truth.mean(axis=0)
         pred -= shift
         truth -= shift
-        p, t = pred, truth
-        p *= keep
-        truth_norms = keep @ (t * t).T
-        d = p @ t.T
-        d *= -2.0
-        d += np.einsum("ij,ij->i", p, p)[:, None]
-        d += truth_norms
-        result: Float64Array = np.maximum(d, 0.0)
-        return result
+        pred *= keep
+        return _expanded_sqeuclidean(pred, truth, keep @ (truth * truth).T)
     if distance == "cosine":
         p = pred if keep is None else pred * keep
         dot = p @ truth.T
@@ -332,11 +338,7 @@ def sqeuclidean_to_truths(
         )
     rows, index = _distinct_rows(p, overwrite_pred)
     rows -= truths.shift
-    d = rows @ truths.rows.T
-    d *= -2.0
-    d += np.einsum("ij,ij->i", rows, rows)[:, None]
-    d += truths.norms
-    unique: Float64Array = np.maximum(d, 0.0)
+    unique = _expanded_sqeuclidean(rows, truths.rows, truths.norms)
     result: Float64Array = unique[np.ix_(index, truths.index)]
     return result
 
@@ -504,6 +506,13 @@ def pds_from_distances(distances: npt.ArrayLike) -> Float64Array:
 # --------------------------------------------------------------------------- metrics
 
 
+def _register(description: str, **meta: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a dataset-scope centroid metric under its function's name."""
+    return METRICS.register(
+        description=description, representation="centroid", scope="dataset", **meta
+    )
+
+
 def prediction_truth_distances(
     gt: npt.ArrayLike, pred: npt.ArrayLike, distance: Distance = DEFAULT_DISTANCE
 ) -> Float64Array:
@@ -545,11 +554,8 @@ def _matrix_pair(gt: npt.ArrayLike, pred: npt.ArrayLike) -> tuple[Float64Array, 
     return truth, prediction
 
 
-@METRICS.register(
-    "rank",
-    description="reference-centric rank of each prediction among all predictions (PerturBench)",
-    representation="centroid",
-    scope="dataset",
+@_register(
+    "reference-centric rank of each prediction among all predictions (PerturBench)",
     better="lower",
     perfect=0.0,
     from_distances=rank_from_distances,
@@ -590,11 +596,8 @@ def rank(
     return rank_from_distances(prediction_truth_distances(gt, pred, distance))
 
 
-@METRICS.register(
-    "transpose_rank",
-    description="rank of each truth among all truths, seen from its prediction",
-    representation="centroid",
-    scope="dataset",
+@_register(
+    "rank of each truth among all truths, seen from its prediction",
     better="lower",
     perfect=0.0,
     from_distances=transpose_rank_from_distances,
@@ -635,11 +638,8 @@ def transpose_rank(
     return transpose_rank_from_distances(prediction_truth_distances(gt, pred, distance))
 
 
-@METRICS.register(
-    "nir",
-    description="fraction of other truths farther from the prediction than its own (Miller)",
-    representation="centroid",
-    scope="dataset",
+@_register(
+    "fraction of other truths farther from the prediction than its own (Miller)",
     better="higher",
     perfect=1.0,
     from_distances=nir_from_distances,
@@ -681,11 +681,8 @@ def nir(
     return nir_from_distances(prediction_truth_distances(gt, pred, distance))
 
 
-@METRICS.register(
-    "pds",
-    description="perturbation discrimination score, target genes excluded (Virtual Cell Challenge)",
-    representation="centroid",
-    scope="dataset",
+@_register(
+    "perturbation discrimination score, target genes excluded (Virtual Cell Challenge)",
     better="higher",
     perfect=1.0,
     needs=("target_features",),

@@ -19,6 +19,7 @@ Shared rules:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -126,8 +127,7 @@ def _evidence(view: DEView) -> Float64Array:
 
 def _positives(gt: DEView, pred: DEView, alpha: float) -> npt.NDArray[np.bool_]:
     """The truth's DE genes (``pvalue_adj < alpha``), checked to leave both classes."""
-    if len(gt) != len(pred):
-        raise ValueError(f"truth has {len(gt)} features but prediction has {len(pred)}")
+    _check_same_length(gt, pred)
     if not 0 < alpha <= 1:
         raise ValueError(f"alpha must lie in (0, 1], got {alpha!r}")
     positive = gt.pvalue_adj < alpha
@@ -141,20 +141,29 @@ def _positives(gt: DEView, pred: DEView, alpha: float) -> npt.NDArray[np.bool_]:
     return positive
 
 
+def _register(description: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a DE metric (higher is better, 1 perfect) under its function's name."""
+    return METRICS.register(
+        description=description,
+        representation="de",
+        scope="perturbation",
+        better="higher",
+        perfect=1.0,
+    )
+
+
+def _check_same_length(gt: DEView, pred: DEView) -> None:
+    if len(gt) != len(pred):
+        raise ValueError(f"truth has {len(gt)} features but prediction has {len(pred)}")
+
+
 def _tie_runs(ordered: Float64Array) -> npt.NDArray[np.intp]:
     """End (exclusive) of each run of equal values in a sorted array."""
     # Compared, not differenced: two infinite scores are tied, their difference is NaN.
     return np.r_[np.flatnonzero(ordered[1:] != ordered[:-1]) + 1, ordered.size]
 
 
-@METRICS.register(
-    "de_auprc",
-    description="area under the precision-recall curve of truth DEGs ranked by |predicted t|",
-    representation="de",
-    scope="perturbation",
-    better="higher",
-    perfect=1.0,
-)
+@_register("area under the precision-recall curve of truth DEGs ranked by |predicted t|")
 def de_auprc(
     gt: DEView, pred: DEView, ctx: PerturbationContext | None = None, *, alpha: float = 0.05
 ) -> float:
@@ -199,14 +208,7 @@ def de_auprc(
     return float(np.sum(np.diff(recall, prepend=0.0) * precision))
 
 
-@METRICS.register(
-    "de_auroc",
-    description="area under the ROC curve of truth DEGs ranked by |predicted t|",
-    representation="de",
-    scope="perturbation",
-    better="higher",
-    perfect=1.0,
-)
+@_register("area under the ROC curve of truth DEGs ranked by |predicted t|")
 def de_auroc(
     gt: DEView, pred: DEView, ctx: PerturbationContext | None = None, *, alpha: float = 0.05
 ) -> float:
@@ -255,14 +257,7 @@ def de_auroc(
     return (rank_sum - n_positive * (n_positive + 1) / 2.0) / (n_positive * n_negative)
 
 
-@METRICS.register(
-    "de_topk_overlap",
-    description="fraction of the truth's top-k genes by |t| among the prediction's top k",
-    representation="de",
-    scope="perturbation",
-    better="higher",
-    perfect=1.0,
-)
+@_register("fraction of the truth's top-k genes by |t| among the prediction's top k")
 def de_topk_overlap(
     gt: DEView, pred: DEView, ctx: PerturbationContext | None = None, *, k: int = 50
 ) -> float:
@@ -297,8 +292,7 @@ def de_topk_overlap(
         whatever the prediction).
 
     """
-    if len(gt) != len(pred):
-        raise ValueError(f"truth has {len(gt)} features but prediction has {len(pred)}")
+    _check_same_length(gt, pred)
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k!r}")
     n_features = len(gt)

@@ -16,30 +16,19 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 from typing import Any
 
+from scperteval.reporting._format import created_now, write_file
 from scperteval.reporting.html import html_report
 from scperteval.reporting.methods import methods_text
 from scperteval.reporting.tables import latex_table, markdown_report
-from scperteval.runinfo import write_atomic
 
 __all__ = ["write_reports", "FIGURE_NAMES", "FIGURE_FOLDER"]
 
 FIGURE_FOLDER = "figures"
 FIGURE_NAMES = ("heatmap", "calibration", "distributions", "versus_positive", "versus")
 PAGED_FIGURE = "per_perturbation"
-
-
-def _writer(data: str | bytes) -> Any:
-    def write(path: Path) -> None:
-        if isinstance(data, bytes):
-            path.write_bytes(data)
-        else:
-            path.write_text(data, encoding="utf-8")
-
-    return write
 
 
 def _write_figures(result: Any, folder: Path) -> dict[str, tuple[bytes, str]]:
@@ -53,11 +42,11 @@ def _write_figures(result: Any, folder: Path) -> dict[str, tuple[bytes, str]]:
         # (their many labels make SVG rendering several times slower).
         paged = name.startswith(PAGED_FIGURE)
         png, svg = render(figure, svg=not paged)
-        write_atomic(target / f"{name}.png", _writer(png))
+        write_file(target / f"{name}.png", png)
         if paged:
             (target / f"{name}.svg").unlink(missing_ok=True)
         else:
-            write_atomic(target / f"{name}.svg", _writer(svg))
+            write_file(target / f"{name}.svg", svg)
         images[name] = (png, caption(name, figure))
     stale = [n for n in FIGURE_NAMES if n not in drawn]
     if target.is_dir():
@@ -88,9 +77,9 @@ def write_reports(result: Any, folder: str | Path, figures: bool = True) -> None
 
     """
     folder = Path(folder)
-    created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    write_atomic(folder / "leaderboard.md", _writer(markdown_report(result, created)))
-    write_atomic(folder / "leaderboard.tex", _writer(latex_table(result.leaderboard)))
-    write_atomic(folder / "methods.md", _writer(methods_text(result)))
+    created = created_now()
+    write_file(folder / "leaderboard.md", markdown_report(result, created))
+    write_file(folder / "leaderboard.tex", latex_table(result.leaderboard))
+    write_file(folder / "methods.md", methods_text(result))
     images = _write_figures(result, folder) if figures else {}
-    write_atomic(folder / "report.html", _writer(html_report(result, images, created)))
+    write_file(folder / "report.html", html_report(result, images, created))

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import numbers
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from scperteval.runinfo import write_atomic
 
 MISSING = "–"
 META_COLUMNS = ("model", "kind", "score", "rank")
@@ -190,3 +194,20 @@ def run_items(result: Any, created: str) -> list[tuple[str, str]]:
         items.append(("merged from", ", ".join(map(str, info["merged_from"]))))
     items.append(("date", str(info.get("created") or created)))
     return items
+
+
+def write_file(path: Path, data: str | bytes) -> None:
+    """Write text (as UTF-8) or bytes to ``path`` atomically, creating its folder."""
+
+    def write(target: Path) -> None:
+        if isinstance(data, bytes):
+            target.write_bytes(data)
+        else:
+            target.write_text(data, encoding="utf-8")
+
+    write_atomic(path, write)
+
+
+def created_now() -> str:
+    """The current UTC time as the reports print it."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -10,14 +10,13 @@ dataset: score, 95% CI, rank, coverage, flags), ``datasets.md``,
 from __future__ import annotations
 
 import base64
-import datetime as dt
 from html import escape
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from scperteval.reporting._format import MISSING, significant
+from scperteval.reporting._format import MISSING, created_now, significant, write_file
 from scperteval.reporting.tables import latex_escape, markdown_escape
 from scperteval.runinfo import write_atomic
 
@@ -167,30 +166,14 @@ def write_across(summary: Any, folder: str | Path, figures: bool = True) -> None
     from scperteval.reporting.figures import render
 
     folder = Path(folder)
-    created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    created = created_now()
     write_atomic(folder / "datasets.csv", lambda p: summary.table.to_csv(p, index=False))
     write_atomic(folder / "datasets_long.csv", lambda p: summary.long.to_csv(p, index=False))
-    markdown, latex = across_markdown(summary), across_latex(summary)
-    write_atomic(folder / "datasets.md", _text(markdown))
-    write_atomic(folder / "datasets.tex", _text(latex))
+    write_file(folder / "datasets.md", across_markdown(summary))
+    write_file(folder / "datasets.tex", across_latex(summary))
     png = None
     if figures:
         png, svg = render(across_heatmap(summary))
-        write_atomic(folder / "figures" / "datasets.png", _bytes(png))
-        write_atomic(folder / "figures" / "datasets.svg", _bytes(svg))
-    page = across_html(summary, png, created)
-    write_atomic(folder / "datasets.html", _text(page))
-
-
-def _text(text: str) -> Any:
-    def write(path: Path) -> None:
-        path.write_text(text, encoding="utf-8")
-
-    return write
-
-
-def _bytes(data: bytes) -> Any:
-    def write(path: Path) -> None:
-        path.write_bytes(data)
-
-    return write
+        write_file(folder / "figures" / "datasets.png", png)
+        write_file(folder / "figures" / "datasets.svg", svg)
+    write_file(folder / "datasets.html", across_html(summary, png, created))

@@ -308,8 +308,7 @@ def _versus_section(result: Any) -> str:
     if pairs is not None and not pairs.empty:
         headline = pairs[pairs["protocol"] == "score"]
         if len(headline):
-            formats = {str(c): ".3g" for c in headline.columns if c not in PAIR_TEXT}
-            formats["n"] = "d"
+            formats = _test_formats(headline, PAIR_TEXT)
             parts.append("<p><strong>Tests on the headline score</strong></p>")
             parts.append(f'<div class="tall">{_frame_table(headline, formats)}</div>')
     return "\n".join(parts)
@@ -349,15 +348,19 @@ def _calibration_section(result: Any) -> str:
     return f'<p class="caption">{escape(caption)}</p>\n{body}'
 
 
+def _test_formats(table: pd.DataFrame, text_columns: Sequence[str]) -> dict[str, str]:
+    """Formats of a table of paired tests: counts as integers, the rest to 3 digits."""
+    formats = {str(c): ".3g" for c in table.columns if str(c) not in text_columns}
+    formats["n"] = "d"
+    return formats
+
+
 def _tests_section(result: Any) -> str:
     table = result.tests
     if table.empty:
         return "<p>No paired tests (no model, or no negative baseline in this run).</p>"
     adjusted = [c for c in table.columns if str(c).endswith("_pvalue_adj")]
-    formats = {
-        str(c): ".3g" for c in table.columns if str(c) not in ("protocol", "model", "baseline")
-    }
-    formats["n"] = "d"
+    formats = _test_formats(table, ("protocol", "model", "baseline"))
 
     def significant(column: str, value: Any) -> str:
         hit = column in adjusted and not is_missing(value) and float(value) < SIGNIFICANCE

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
@@ -79,18 +80,31 @@ def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(char, char) for char in text)
 
 
-def _markdown_rows(board: Any, columns: list[str], excluded: set[str]) -> list[str]:
+def _board_cells(
+    board: Any, columns: list[str], escape: Callable[[str], str], best: str, missing: str
+) -> list[list[str]]:
+    """Each leaderboard row's cells: text escaped, ``missing`` for no value, ``best`` marked."""
     is_best = best_cells(board)
-    align = [":---" if c in TEXT_COLUMNS else "---:" for c in columns]
-    header = [markdown_escape(c) + (f" {DAGGER}" if c in excluded else "") for c in columns]
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    rows = []
     for record in board.table[columns].to_dict("records"):
         cells = []
         for column in columns:
             value = record[column]
             text = cell_text(column, value)
-            text = markdown_escape(text) if column in TEXT_COLUMNS else text
-            cells.append(f"**{text}**" if is_best(column, value) else text)
+            if column in TEXT_COLUMNS:
+                text = escape(text)
+            elif text == MISSING:
+                text = missing
+            cells.append(best.format(text) if is_best(column, value) else text)
+        rows.append(cells)
+    return rows
+
+
+def _markdown_rows(board: Any, columns: list[str], excluded: set[str]) -> list[str]:
+    align = [":---" if c in TEXT_COLUMNS else "---:" for c in columns]
+    header = [markdown_escape(c) + (f" {DAGGER}" if c in excluded else "") for c in columns]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    for cells in _board_cells(board, columns, markdown_escape, "**{}**", MISSING):
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -174,23 +188,13 @@ def markdown_report(result: Any, created: str) -> str:
 
 
 def _latex_rows(board: Any, columns: list[str], excluded: set[str]) -> list[str]:
-    is_best = best_cells(board)
     header = [
         latex_escape(c) + (r"\textsuperscript{\dag}" if c in excluded else "") for c in columns
     ]
     spec = "".join("l" if c in TEXT_COLUMNS else "r" for c in columns)
     lines = [f"\\begin{{tabular}}{{{spec}}}", "\\toprule", " & ".join(header) + r" \\"]
     lines.append("\\midrule")
-    for record in board.table[columns].to_dict("records"):
-        cells = []
-        for column in columns:
-            value = record[column]
-            text = cell_text(column, value)
-            if column in TEXT_COLUMNS:
-                text = latex_escape(text)
-            elif text == MISSING:
-                text = "--"
-            cells.append(f"\\textbf{{{text}}}" if is_best(column, value) else text)
+    for cells in _board_cells(board, columns, latex_escape, "\\textbf{{{}}}", "--"):
         lines.append(" & ".join(cells) + r" \\")
     lines.append("\\bottomrule")
     return lines

@@ -23,21 +23,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from scperteval.scoring.leaderboard import HEADLINE_COLUMNS
+
 __all__ = ["AcrossDatasets", "across_datasets", "dataset_label"]
 
-LONG_COLUMNS = (
-    "model",
-    "kind",
-    "dataset",
-    "score",
-    "ci_low",
-    "ci_high",
-    "rank",
-    "perturbations",
-    "protocols",
-    "listing",
-    "flags",
-)
+#: Each dataset's headline columns (the VCC score aside), with the dataset after the kind.
+LONG_COLUMNS = ("model", "kind", "dataset", *(c for c in HEADLINE_COLUMNS[2:] if c != "vcc_score"))
 
 
 def dataset_label(info: Mapping[str, Any]) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from scperteval.scoring.headline import finite_aggregate
+
 __all__ = ["add_calibrated", "aggregate", "bootstrap_ci", "RELATIVE_GAP"]
 
 RELATIVE_GAP = 1e-12
@@ -125,10 +127,10 @@ def aggregate(
                 "source_name": name,
                 "n": int(finite.size),
                 "n_missing": int(values.size - finite.size),
-                "mean": float(finite.mean()) if finite.size else np.nan,
+                "mean": finite_aggregate(finite, "mean"),
                 "mean_ci_low": mean_low,
                 "mean_ci_high": mean_high,
-                "median": float(np.median(finite)) if finite.size else np.nan,
+                "median": finite_aggregate(finite, "median"),
                 "median_ci_low": median_low,
                 "median_ci_high": median_high,
             }

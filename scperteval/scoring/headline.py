@@ -20,11 +20,19 @@ every entry, so intervals of entries are comparable and reproducible.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["HEADLINE_RULE", "score_definition", "headline_matrix", "headline_score", "headline_ci"]
+__all__ = [
+    "HEADLINE_RULE",
+    "score_definition",
+    "headline_matrix",
+    "headline_score",
+    "headline_ci",
+    "finite_aggregate",
+]
 
 HEADLINE_RULE = "median"
 N_RESAMPLES = 1000
@@ -113,11 +121,32 @@ def _aggregate(values: np.ndarray, aggregate: str, axis: int) -> np.ndarray:
         return np.asarray(np.nanmean(values, axis=axis))
 
 
+def finite_aggregate(values: Any, how: str = "median") -> float:
+    """The median or the mean of the finite values.
+
+    Parameters
+    ----------
+    values
+        Numbers, NaN and infinite ones among them.
+    how
+        ``median`` or ``mean``.
+
+    Returns
+    -------
+    float
+        NaN when no value is finite.
+
+    """
+    finite = np.asarray(values, dtype=np.float64)
+    finite = finite[np.isfinite(finite)]
+    if finite.size == 0:
+        return float("nan")
+    return float(np.median(finite) if how == "median" else finite.mean())
+
+
 def headline_score(columns: np.ndarray) -> float:
     """Median of the finite protocol aggregates (NaN when there is none)."""
-    finite = np.asarray(columns, dtype=np.float64)
-    finite = finite[np.isfinite(finite)]
-    return float(np.median(finite)) if finite.size else float("nan")
+    return finite_aggregate(columns, "median")
 
 
 def headline_ci(

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from scperteval.scoring.headline import (
+    finite_aggregate,
     headline_ci,
     headline_matrix,
     headline_score,
@@ -188,12 +189,7 @@ def _apart_rank(listing: str) -> float | None:
 
 
 def _nan_aggregate(matrix: np.ndarray, aggregate: str) -> np.ndarray:
-    out = np.full(matrix.shape[1], np.nan)
-    for j in range(matrix.shape[1]):
-        column = matrix[:, j][np.isfinite(matrix[:, j])]
-        if column.size:
-            out[j] = np.median(column) if aggregate == "median" else column.mean()
-    return out
+    return np.array([finite_aggregate(matrix[:, j], aggregate) for j in range(matrix.shape[1])])
 
 
 def build_leaderboard(

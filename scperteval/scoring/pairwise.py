@@ -22,6 +22,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from itertools import combinations
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -29,14 +30,23 @@ from scipy import stats
 
 from scperteval.stats.multiple_testing import adjust
 
-__all__ = ["HEADLINE_PROTOCOL", "WIN_LEVEL", "pairwise_tests", "win_tie_loss", "wilcoxon_method"]
+__all__ = [
+    "HEADLINE_PROTOCOL",
+    "WIN_LEVEL",
+    "TEST_COLUMNS",
+    "pairwise_tests",
+    "win_tie_loss",
+    "wilcoxon_method",
+    "paired_test",
+    "values_by_source",
+    "adjust_per_protocol",
+]
 
 HEADLINE_PROTOCOL = "score"
 WIN_LEVEL = 0.05
-COLUMNS = (
-    "protocol",
-    "entry",
-    "other",
+#: The test columns of :func:`pairwise_tests` and of
+#: :func:`~scperteval.scoring.significance.paired_tests`, after the names of the pair.
+TEST_COLUMNS = (
     "n",
     "mean_difference",
     "t_statistic",
@@ -45,8 +55,8 @@ COLUMNS = (
     "wilcoxon_statistic",
     "wilcoxon_pvalue",
     "wilcoxon_pvalue_adj",
-    "outcome",
 )
+COLUMNS = ("protocol", "entry", "other", *TEST_COLUMNS, "outcome")
 
 
 def wilcoxon_method(differences: np.ndarray) -> str:
@@ -73,28 +83,93 @@ def _signed_rank_balance(oriented: np.ndarray) -> float:
     return float(ranks[nonzero > 0].sum() - ranks[nonzero < 0].sum())
 
 
-def _pair_row(protocol: str, a: str, b: str, x: np.ndarray, y: np.ndarray, sense: str) -> dict:
-    row: dict = {
-        "protocol": protocol,
-        "entry": a,
-        "other": b,
+def paired_test(x: np.ndarray, y: np.ndarray, alternative: str = "two-sided") -> dict[str, Any]:
+    """Paired t-test and Wilcoxon signed-rank test of two aligned value vectors.
+
+    Parameters
+    ----------
+    x, y
+        Paired values, at least one pair.
+    alternative
+        ``"two-sided"``, ``"greater"`` (``x`` larger) or ``"less"``.
+
+    Returns
+    -------
+    dict
+        ``n``, ``mean_difference`` (``x - y``), ``t_statistic``, ``t_pvalue``,
+        ``wilcoxon_statistic`` and ``wilcoxon_pvalue``; the tests are NaN for fewer
+        than two pairs or when every pair is equal.
+
+    """
+    row: dict[str, Any] = {
         "n": int(x.size),
         "mean_difference": float(np.mean(x - y)),
         "t_statistic": np.nan,
         "t_pvalue": np.nan,
         "wilcoxon_statistic": np.nan,
         "wilcoxon_pvalue": np.nan,
-        "balance": _signed_rank_balance((x - y) if sense == "higher" else (y - x)),
     }
     if x.size >= 2 and np.any(x != y):
         with np.errstate(all="ignore"), warnings.catch_warnings():
             # Nearly identical pairs make scipy warn about precision; the p-values stand.
             warnings.simplefilter("ignore", RuntimeWarning)
-            t = stats.ttest_rel(x, y)
-            w = stats.wilcoxon(x, y, method=wilcoxon_method(x - y))
+            t = stats.ttest_rel(x, y, alternative=alternative)
+            w = stats.wilcoxon(x, y, alternative=alternative, method=wilcoxon_method(x - y))
         row["t_statistic"], row["t_pvalue"] = float(t.statistic), float(t.pvalue)
         row["wilcoxon_statistic"], row["wilcoxon_pvalue"] = float(w.statistic), float(w.pvalue)
     return row
+
+
+def values_by_source(results: pd.DataFrame, correction: str) -> pd.DataFrame:
+    """Raw values with one column per source, for paired tests corrected by ``correction``.
+
+    Parameters
+    ----------
+    results
+        Tidy results (``protocol``, ``covariate``, ``perturbation``, ``source_name``,
+        ``value``).
+    correction
+        The multiple-testing correction the tests will use, checked here.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by ``(protocol, covariate, perturbation)``, a column per source.
+
+    Raises
+    ------
+    ValueError
+        If ``correction`` is neither ``bonferroni`` nor ``bh``.
+
+    """
+    if correction not in ("bonferroni", "bh"):
+        raise ValueError(f"correction must be 'bonferroni' or 'bh', got {correction!r}")
+    return results.pivot_table(
+        index=["protocol", "covariate", "perturbation"],
+        columns="source_name",
+        values="value",
+        aggfunc="first",
+        dropna=False,
+        observed=True,
+    )
+
+
+def adjust_per_protocol(table: pd.DataFrame, correction: str) -> None:
+    """Add ``t_pvalue_adj`` and ``wilcoxon_pvalue_adj``, corrected within each protocol.
+
+    Parameters
+    ----------
+    table
+        Rows of :func:`paired_test` with a ``protocol`` column; changed in place.
+    correction
+        ``bonferroni`` or ``bh``.
+
+    """
+    for test in ("t", "wilcoxon"):
+        table[f"{test}_pvalue_adj"] = np.nan
+        for _, index in table.groupby("protocol", sort=False).groups.items():
+            pvalues = table.loc[index, f"{test}_pvalue"].to_numpy()
+            table.loc[index, f"{test}_pvalue_adj"] = adjust(pvalues, correction)
 
 
 def _headline_values(results: pd.DataFrame, trusted: Sequence[str]) -> pd.DataFrame:
@@ -142,17 +217,8 @@ def pairwise_tests(
         entry's ``win``, ``tie`` or ``loss``; no row where ``n`` is 0.
 
     """
-    if correction not in ("bonferroni", "bh"):
-        raise ValueError(f"correction must be 'bonferroni' or 'bh', got {correction!r}")
     chosen = results[results["protocol"].isin(list(protocols))]
-    wide = chosen.pivot_table(
-        index=["protocol", "covariate", "perturbation"],
-        columns="source_name",
-        values="value",
-        aggfunc="first",
-        dropna=False,
-        observed=True,
-    )
+    wide = values_by_source(chosen, correction)
     frames: list[tuple[str, pd.DataFrame, str]] = [
         (str(p), frame.droplevel("protocol"), better.get(str(p), "higher"))
         for p, frame in wide.groupby(level="protocol", sort=False, observed=True)
@@ -173,15 +239,13 @@ def pairwise_tests(
             if not both.any():
                 continue
             x, y = matrix[both, column[a]], matrix[both, column[b]]
-            rows.append(_pair_row(protocol, a, b, x, y, sense))
+            balance = _signed_rank_balance((x - y) if sense == "higher" else (y - x))
+            pair = {"protocol": protocol, "entry": a, "other": b, "balance": balance}
+            rows.append({**pair, **paired_test(x, y)})
     if not rows:
         return pd.DataFrame(columns=list(COLUMNS))
     table = pd.DataFrame(rows)
-    for test in ("t", "wilcoxon"):
-        table[f"{test}_pvalue_adj"] = np.nan
-        for _, index in table.groupby("protocol", sort=False).groups.items():
-            pvalues = table.loc[index, f"{test}_pvalue"].to_numpy()
-            table.loc[index, f"{test}_pvalue_adj"] = adjust(pvalues, correction)
+    adjust_per_protocol(table, correction)
     significant = table["wilcoxon_pvalue_adj"].to_numpy() < WIN_LEVEL
     balance = table["balance"].to_numpy()
     table["outcome"] = np.where(

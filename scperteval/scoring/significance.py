@@ -11,15 +11,17 @@ Every entry against every other, two-sided, is in :mod:`scperteval.scoring.pairw
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
-from scperteval.scoring.pairwise import wilcoxon_method
-from scperteval.stats.multiple_testing import adjust
+from scperteval.scoring.pairwise import (
+    TEST_COLUMNS,
+    adjust_per_protocol,
+    paired_test,
+    values_by_source,
+)
 
 __all__ = ["paired_tests", "NEGATIVE_BASELINES"]
 
@@ -55,16 +57,7 @@ def paired_tests(
         t_pvalue_adj, wilcoxon_statistic, wilcoxon_pvalue, wilcoxon_pvalue_adj``.
 
     """
-    if correction not in ("bonferroni", "bh"):
-        raise ValueError(f"correction must be 'bonferroni' or 'bh', got {correction!r}")
-    wide = results.pivot_table(
-        index=["protocol", "covariate", "perturbation"],
-        columns="source_name",
-        values="value",
-        aggfunc="first",
-        dropna=False,
-        observed=True,
-    )
+    wide = values_by_source(results, correction)
     rows = []
     for protocol, frame in wide.groupby(level="protocol", sort=True, observed=True):
         alternative = "greater" if better.get(str(protocol), "higher") == "higher" else "less"
@@ -76,51 +69,12 @@ def paired_tests(
                 if pair.empty:
                     # Nothing paired (a baseline undefined on this protocol): no row at all.
                     continue
-                rows.append(_test(str(protocol), model, baseline, pair, alternative))
+                a = pair[model].to_numpy(dtype=np.float64)
+                b = pair[baseline].to_numpy(dtype=np.float64)
+                names = {"protocol": str(protocol), "model": model, "baseline": baseline}
+                rows.append({**names, **paired_test(a, b, alternative)})
     table = pd.DataFrame(rows)
     if table.empty:
         return table
-    for test in ("t", "wilcoxon"):
-        table[f"{test}_pvalue_adj"] = np.nan
-        for _, index in table.groupby("protocol").groups.items():
-            pvalues = table.loc[index, f"{test}_pvalue"].to_numpy()
-            table.loc[index, f"{test}_pvalue_adj"] = adjust(pvalues, correction)
-    order = [
-        "protocol",
-        "model",
-        "baseline",
-        "n",
-        "mean_difference",
-        "t_statistic",
-        "t_pvalue",
-        "t_pvalue_adj",
-        "wilcoxon_statistic",
-        "wilcoxon_pvalue",
-        "wilcoxon_pvalue_adj",
-    ]
-    return table[order]
-
-
-def _test(protocol: str, model: str, baseline: str, pair: pd.DataFrame, alternative: str) -> dict:
-    a = pair[model].to_numpy(dtype=np.float64)
-    b = pair[baseline].to_numpy(dtype=np.float64)
-    row = {
-        "protocol": protocol,
-        "model": model,
-        "baseline": baseline,
-        "n": int(a.size),
-        "mean_difference": float(np.mean(a - b)) if a.size else np.nan,
-        "t_statistic": np.nan,
-        "t_pvalue": np.nan,
-        "wilcoxon_statistic": np.nan,
-        "wilcoxon_pvalue": np.nan,
-    }
-    if a.size >= 2 and np.any(a != b):
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            # Nearly identical pairs make scipy warn about precision; the p-values stand.
-            warnings.simplefilter("ignore", RuntimeWarning)
-            t = stats.ttest_rel(a, b, alternative=alternative)
-            w = stats.wilcoxon(a, b, alternative=alternative, method=wilcoxon_method(a - b))
-        row["t_statistic"], row["t_pvalue"] = float(t.statistic), float(t.pvalue)
-        row["wilcoxon_statistic"], row["wilcoxon_pvalue"] = float(w.statistic), float(w.pvalue)
-    return row
+    adjust_per_protocol(table, correction)
+    return table[["protocol", "model", "baseline", *TEST_COLUMNS]]

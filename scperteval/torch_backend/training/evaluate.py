@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from scperteval.scoring.headline import finite_aggregate
 from scperteval.torch_backend.training.kernels import CENTROID_KERNELS
 from scperteval.torch_backend.training.plan import CentroidTask, DatasetTask, Plan
-from scperteval.torch_backend.training.result import ProtocolResult, summarise
+from scperteval.torch_backend.training.result import ProtocolResult
 
 __all__ = [
     "UNDEFINED",
@@ -175,12 +176,12 @@ def protocol_result(
         positive, negative = plan.controls[protocol.name]
         scaled = calibrated_values(values, positive, negative, protocol.better)
         calibrated = pd.Series(scaled, index=index, name=protocol.name)
-        calibrated_aggregate = summarise(scaled, aggregate_by)
+        calibrated_aggregate = finite_aggregate(scaled, aggregate_by)
     return ProtocolResult(
         protocol.name,
         pd.Series(values, index=index, name=protocol.name),
         pd.Series(reasons, index=index, name="reason", dtype=object),
-        summarise(values, aggregate_by),
+        finite_aggregate(values, aggregate_by),
         protocol.better,
         calibrated,
         calibrated_aggregate,

@@ -49,28 +49,7 @@ class ConditionLabels:
         self._by_label = by_label
 
     def __call__(self, perturbations: Any, covariates: Any = None) -> torch.Tensor:
-        """Condition indices of a batch's labels (``-1`` for a skipped row).
-
-        Parameters
-        ----------
-        perturbations
-            Labels (strings), or an integer tensor of condition indices (rows of
-            :attr:`conditions`; negative for rows to skip).
-        covariates
-            Covariate labels, needed when a perturbation label occurs in several
-            covariate groups.
-
-        Returns
-        -------
-        torch.Tensor
-            ``int64`` indices, one per row.
-
-        Raises
-        ------
-        SpecError
-            On an unknown label or index, or a label that needs its covariate.
-
-        """
+        """Condition indices of a batch's labels, as :meth:`PerturbationMetrics.condition_index`."""
         if isinstance(perturbations, torch.Tensor) and not perturbations.is_floating_point():
             index = perturbations.to(torch.int64).reshape(-1)
             if index.numel() and int(index.max()) >= self.n_conditions:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
@@ -74,11 +72,3 @@ class ProtocolResult:
             f"ProtocolResult({self.protocol!r}, aggregate={self.aggregate:.4g}{extra}, "
             f"defined={self.n_defined}/{len(self.values)})"
         )
-
-
-def summarise(values: np.ndarray, how: str) -> float:
-    """Median or mean of the finite values (NaN when none is)."""
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
-        return math.nan
-    return float(np.median(finite) if how == "median" else finite.mean())
