@@ -102,7 +102,7 @@ def test_zero_through_diagonal_matches_the_mask(offset):
 
 @pytest.mark.parametrize("n_points", [1, 50, 700])
 def test_stored_pairs_sum_like_pair_sums_within_their_estimate(n_points):
-    from scperteval.metrics.population import SQRT, StoredPairs, pair_sums, rbf_transform
+    from scperteval.kernels.pairs import SQRT, StoredPairs, pair_sums, rbf_transform
 
     rng = np.random.default_rng(n_points)
     x = rng.standard_normal((n_points, 4))

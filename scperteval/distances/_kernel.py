@@ -6,7 +6,7 @@ group (diagonal included), with the diagonal sums ``D_x = sum_i k(x_i, x_i)`` ke
 apart for the unbiased estimators. Energy distances and the mean pairwise distance
 use ``k = ||a - b||``, MMD a kernel. The within sums are computed once per group
 and reused by every pair that group is in; the sums over pairs are formed in
-cache-sized tiles (:func:`scperteval.metrics.population.pair_sums`), so no cells x
+cache-sized tiles (:func:`scperteval.kernels.pairs.pair_sums`), so no cells x
 cells matrix is ever held. :class:`PairKernelDistance` also gives the pooled matrix
 of ``k`` for the permutation test, which reuses it across permutations.
 """
@@ -20,12 +20,9 @@ import numpy as np
 
 from scperteval.distances._base import DISTANCES, Distance, Group
 from scperteval.errors import DatasetError
+from scperteval.kernels.pairs import SQRT, pair_sums
 from scperteval.kernels.sinkhorn_loop import DEFAULT_MAX_ITER, check_stopping
-from scperteval.metrics.population import (
-    SQRT,
-    pair_sums,
-    sinkhorn,
-)
+from scperteval.metrics.population import sinkhorn
 
 __all__ = [
     "EnergyDistance",

@@ -40,7 +40,7 @@ from scperteval.distances._features import ALL, group_cells
 from scperteval.distances._kernel import PairKernelDistance
 from scperteval.distances._mmd import MMD
 from scperteval.errors import DatasetError, SpecError
-from scperteval.metrics.population import median_pairwise_distance
+from scperteval.kernels.pairs import median_distance
 
 __all__ = ["permutation_test", "permutations"]
 
@@ -179,7 +179,7 @@ def _kernel_null(
     if isinstance(measure, MMD) and measure.bandwidth == "pair_median":
         # The pooled sample, hence its median, is the same for every relabelling.
         measure = copy.copy(measure)
-        measure.bandwidth = median_pairwise_distance(np.vstack([x.centred, y.centred])) or 1.0
+        measure.bandwidth = median_distance(np.vstack([x.centred, y.centred])) or 1.0
         reference_block = None
     sums = _PooledSums(measure, used, max_bytes, reference_block)
     small_is_x = n <= m

@@ -19,7 +19,7 @@ of it:
   for the pairs of its own cells. The distance sum ``W(S)`` is a number; the kernel
   sum depends on the bandwidth, which ``bandwidth='truth'`` sets per perturbation,
   so the sample's pairwise squared distances are kept
-  (:class:`~scperteval.metrics.population.StoredPairs`, about ``4 n^2`` bytes,
+  (:class:`~scperteval.kernels.pairs.StoredPairs`, about ``4 n^2`` bytes,
   within ``Engine.pair_store_bytes``, and never for a sample of more than
   ``Engine.max_population_cells`` cells, whose sums are then taken tile by tile with
   the same values) and each bandwidth costs one pass of
@@ -31,7 +31,7 @@ of it:
   be shared between perturbations (truth x candidate, truth x truth, the candidate's
   own pairs where no leave-one-out step applies, and that step's pairs of the left-out
   cells) are shared between the protocols: the first to run computes every planned
-  transform of them in one pass (:func:`~scperteval.metrics.population.pair_sums`),
+  transform of them in one pass (:func:`~scperteval.kernels.pairs.pair_sums`),
   and each value is bit for bit the one computed alone. The run gives a
   perturbation's protocols of one space to one task, so that no thread waits for
   another's pass.
@@ -52,18 +52,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scperteval.engine.views import make_view, space_is_shared
+from scperteval.kernels.pairs import SQRT, PairTransform, centred, check_bandwidth, rbf_transform
 from scperteval.metrics.population import (
-    SQRT,
-    PairTransform,
-    _centred,
-    _check_bandwidth,
-    _check_sizes,
-    _cloud_pair,
+    check_sizes,
+    cloud_pair,
     energy_distance,
     energy_distance_from_sums,
     mmd,
     mmd_from_sums,
-    rbf_transform,
 )
 
 if TYPE_CHECKING:
@@ -116,7 +112,7 @@ def _planned(spec: _PairMetric) -> _Planned | None:
     if spec.bandwidth == "truth":
         return "truth"
     try:
-        return _check_bandwidth(spec.bandwidth)
+        return check_bandwidth(spec.bandwidth)
     except (TypeError, ValueError):
         return None
 
@@ -192,8 +188,8 @@ def population_value(
     if spec is None:
         return None
     candidate: Any = make_view(engine, protocol, condition, source, space, reference, view_key)
-    x, y = _cloud_pair(truth_view, candidate)
-    _check_sizes(x.shape[0], y.shape[0], spec.unbiased)
+    x, y = cloud_pair(truth_view, candidate)
+    check_sizes(x.shape[0], y.shape[0], spec.unbiased)
     truth = x
     planned = _planned(spec)
     if planned is None:
@@ -206,7 +202,7 @@ def population_value(
         return engine.memo(key, lambda: engine.pairs.median(truth) or 1.0)
 
     transform = _transform(planned, truth_bandwidth)
-    x, y = _centred(x, y)
+    x, y = centred(x, y)
     pair_key = (engine.pairs.name, condition, protocol.space, protocol.centering, cache_key)
     cross = _shared_sums(engine, protocol, truth_bandwidth, transform, ("cross", *pair_key), x, y)
     within_x = 2.0 * _shared_sums(
@@ -332,9 +328,9 @@ def _centred_sample(engine: Engine, covariate: int, space: FeatureMap) -> np.nda
         points = np.asarray(engine.sample_points(covariate, space, True), dtype=np.float64)
         if not np.isfinite(points).all():
             return None
-        (centred,) = _centred(points)
-        centred.flags.writeable = False
-        return centred
+        (shifted,) = centred(points)
+        shifted.flags.writeable = False
+        return shifted
 
     return engine.memo(("sample_centred", covariate, space.label), build)
 

@@ -1,87 +1,23 @@
-"""Where the population fast path computes its sums over pairs of cells.
+"""The pair-sum backend of a run, from its ``device`` and ``precision``.
 
-The fast path (:mod:`scperteval.engine.fastpath`) needs three things: sums of the
-Euclidean distance and of RBF kernels over the pairs of one or two clouds, a
-sample's stored pairwise distances summed at many bandwidths, and the median
-heuristic. :class:`NumpyPairs` computes them with NumPy and numba, the reference;
-:class:`~scperteval.torch_backend.pairs.TorchPairs` with torch on a CPU or a CUDA
-device. :func:`pair_backend` picks one from a run's ``device`` and ``precision``.
+The population fast path (:mod:`scperteval.engine.fastpath`) asks a
+:class:`~scperteval.kernels.pairs.PairBackend` for its sums over pairs of cells:
+:class:`~scperteval.kernels.pairs.NumpyPairs` (NumPy and numba, the reference) or
+:class:`~scperteval.torch_backend.pairs.TorchPairs` (torch on a CPU or a CUDA
+device). :func:`pair_backend` picks one.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any, Protocol
-
-import numpy as np
 
 from scperteval.errors import SpecError
-from scperteval.metrics.population import StoredPairs, median_pairwise_distance, pair_sums
+from scperteval.kernels.pairs import NumpyPairs, PairBackend
 
-__all__ = ["PRECISIONS", "NumpyPairs", "PairBackend", "check_device", "pair_backend"]
+__all__ = ["PRECISIONS", "check_device", "pair_backend"]
 
 #: Accepted values of ``precision``.
 PRECISIONS = ("float64", "float32")
-
-
-class StoredSums(Protocol):
-    """A cloud's stored pairwise distances."""
-
-    def sums(self, transforms: Sequence[tuple[str, float]]) -> list[float]:
-        """Sums over the pairs ``i < j`` of each transform."""
-        ...  # pragma: no cover
-
-
-class PairBackend(Protocol):
-    """What the population fast path needs from a backend."""
-
-    @property
-    def name(self) -> str:
-        """Short description written to ``run.json``."""
-        ...  # pragma: no cover
-
-    def sums(
-        self, x: np.ndarray, y: np.ndarray | None, transforms: Sequence[tuple[str, float]]
-    ) -> list[float]:
-        """Sums over pairs of each transform (see ``pair_sums``)."""
-        ...  # pragma: no cover
-
-    def store(self, x: np.ndarray) -> StoredSums:
-        """Stored pairwise distances of ``x``."""
-        ...  # pragma: no cover
-
-    def store_nbytes(self, n_points: int) -> int:
-        """Memory a store of ``n_points`` points holds, in bytes."""
-        ...  # pragma: no cover
-
-    def median(self, z: Any) -> float:
-        """Median of the positive pairwise distances of the rows of ``z``."""
-        ...  # pragma: no cover
-
-
-class NumpyPairs:
-    """The reference backend: NumPy matrix products and numba tile kernels."""
-
-    name = "numpy"
-
-    def sums(
-        self, x: np.ndarray, y: np.ndarray | None, transforms: Sequence[tuple[str, float]]
-    ) -> list[float]:
-        """Sums over pairs of each transform (:func:`~scperteval.metrics.population.pair_sums`)."""
-        return pair_sums(x, y, transforms)
-
-    def store(self, x: np.ndarray) -> StoredPairs:
-        """Stored pairwise distances of ``x`` (a ``StoredPairs``)."""
-        return StoredPairs(x)
-
-    def store_nbytes(self, n_points: int) -> int:
-        """Memory a store of ``n_points`` points holds, in bytes."""
-        return StoredPairs.nbytes_for(n_points)
-
-    def median(self, z: Any) -> float:
-        """The median heuristic (``median_pairwise_distance`` of the metrics)."""
-        return median_pairwise_distance(z)
 
 
 def check_device(device: str | None, precision: str = "float64") -> None:
@@ -105,9 +41,7 @@ def check_device(device: str | None, precision: str = "float64") -> None:
     if device is not None and not (
         isinstance(device, str) and re.fullmatch(r"cpu|cuda(:\d+)?", device)
     ):
-        raise SpecError(
-            f"unknown device {device!r}; use numpy (the default), cpu, cuda or cuda:N"
-        )
+        raise SpecError(f"unknown device {device!r}; use numpy (the default), cpu, cuda or cuda:N")
     if device is None and precision != "float64":
         raise SpecError("precision='float32' needs a torch device (device='cpu' or 'cuda')")
 

@@ -1,39 +1,243 @@
-"""Sums over pairs of cells on a torch device, for the population fast path.
+"""Sums over pairs of cells with torch, on a CPU or a CUDA device.
 
-:class:`TorchPairs` does what :mod:`scperteval.engine.pairs` asks of a pair backend:
-sums of the Euclidean distance and of RBF kernels over the pairs of one or two
-point clouds, the same sums over a stored sample's pairs at many bandwidths, and the
-median heuristic. The clouds arrive as float64 NumPy arrays already shifted by their
-pooled mean (as the NumPy path shifts them); they are moved to the device once per
-call and cast to the computation dtype there. The squared distances and their
-snapping to zero follow :mod:`scperteval.torch_backend.population`; every block sum
-is accumulated in float64.
+The torch counterpart of :mod:`scperteval.kernels.pairs`, with the same interface
+(:class:`TorchPairs` is a :class:`~scperteval.kernels.pairs.PairBackend`): sums of
+the Euclidean distance and of RBF kernels over the pairs of one or two point
+clouds, the same sums over a stored sample's pairs at many bandwidths, and the
+median heuristic. The population metrics of :mod:`scperteval.torch_backend.population`
+are built on it.
 
-In float64 the sums equal the NumPy reference's to rounding (the blocks differ, so
-the order of additions does); float32 on a GPU is faster and accurate to the bound
-given in ``docs/torch.md``.
+Both clouds are shifted by their pooled mean in float64, then cast to the
+computation dtype. Squared distances are computed as ``||a||^2 + ||b||^2 - 2 a.b``
+(one matrix product per block) in row blocks whose size is bounded by
+``max_block_bytes``; values within ``rtol (||a||^2 + ||b||^2)`` of zero are set to 0,
+with ``rtol = 1e-12`` in float64 (the reference's rule) and ``rtol = 100 eps ~ 1.2e-5``
+in float32, so that coinciding cells are at distance 0 exactly. Block sums are
+accumulated in float64 whatever the computation dtype. In float64 the sums equal the
+NumPy reference's to rounding (the blocks differ, so the order of additions does);
+float32 on a GPU is faster and accurate to the bound given in ``docs/torch.md``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from scperteval.kernels.pairs import DEFAULT_BLOCK_BYTES, PairTransform, check_transforms
 from scperteval.torch_backend._common import DeviceLike, resolve_device, resolve_dtype
-from scperteval.torch_backend.population import DEFAULT_BLOCK_BYTES, _median, _Pairs, _prepared
 
-__all__ = ["TorchPairs", "TorchStoredPairs"]
+__all__ = ["DEFAULT_BLOCK_BYTES", "TorchPairs", "TorchStoredPairs"]
 
-_TRANSFORM_KINDS = ("sqrt", "rbf")
+# Snapping tolerance: below this fraction of ||a||^2 + ||b||^2 a squared distance is
+# indistinguishable from the cancellation error of the expansion.
+_SNAP_RTOL_FLOAT64 = 1e-12
+_SNAP_EPS_FACTOR = 100.0
+# Block-sized tensors alive at once: the block, the snapping bound, a mask, a copy.
+_TENSORS_PER_BLOCK = 4
+# Bits of the key resolved by the first and by each later pass of the median selection.
+_FIRST_DIGIT_BITS = {torch.float64: 20, torch.float32: 16}
+_DIGIT_BITS = 16
+_KEY_DTYPE = {torch.float64: torch.int64, torch.float32: torch.int32}
+_KEY_BITS = {torch.float64: 64, torch.float32: 32}
 
 
-def _check_transforms(transforms: Sequence[tuple[str, float]]) -> None:
-    for kind, _ in transforms:
-        if kind not in _TRANSFORM_KINDS:
-            raise ValueError(f"unknown pair transform {kind!r}")
+# --------------------------------------------------------------------------- blocks
+
+
+class _Pairs:
+    """Blocked squared distances of point clouds in one dtype on one device."""
+
+    def __init__(self, dtype: torch.dtype, max_block_bytes: int) -> None:
+        if int(max_block_bytes) < 1:
+            raise ValueError(f"max_block_bytes must be positive, got {max_block_bytes!r}")
+        self.dtype = dtype
+        self.max_block_bytes = int(max_block_bytes)
+        eps = torch.finfo(dtype).eps
+        self.rtol = max(_SNAP_RTOL_FLOAT64, _SNAP_EPS_FACTOR * eps)
+        self.itemsize = torch.empty((), dtype=dtype).element_size()
+
+    def rows_per_block(self, n_columns: int) -> int:
+        per_row = self.itemsize * _TENSORS_PER_BLOCK * max(n_columns, 1)
+        return max(1, self.max_block_bytes // per_row)
+
+    def squared(
+        self, a: torch.Tensor, sq_a: torch.Tensor, b: torch.Tensor, sq_b: torch.Tensor
+    ) -> torch.Tensor:
+        d2 = (-2.0 * a) @ b.T
+        d2 += sq_a[:, None]
+        d2 += sq_b[None, :]
+        bound = sq_a[:, None] + sq_b[None, :]
+        bound *= self.rtol
+        return d2.masked_fill_(d2 <= bound, 0.0)
+
+    def cross(self, x: torch.Tensor, y: torch.Tensor) -> Iterator[torch.Tensor]:
+        """Blocks of squared distances covering every pair ``(x_i, y_j)`` once."""
+        sq_x, sq_y = _row_norms(x), _row_norms(y)
+        rows = self.rows_per_block(y.shape[0])
+        for start in range(0, x.shape[0], rows):
+            stop = start + rows
+            yield self.squared(x[start:stop], sq_x[start:stop], y, sq_y)
+
+    def within(self, x: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Pairs ``(square, rest)`` of blocks covering every pair ``i < j`` of rows once.
+
+        ``square`` holds rows ``start:stop`` against the same rows: only its strict
+        upper triangle belongs to the cover. ``rest`` holds the same rows against the
+        rows after ``stop``, all of which belong to it.
+        """
+        sq = _row_norms(x)
+        n = x.shape[0]
+        rows = self.rows_per_block(n)
+        for start in range(0, n, rows):
+            stop = min(start + rows, n)
+            block = self.squared(x[start:stop], sq[start:stop], x[start:], sq[start:])
+            size = stop - start
+            yield block[:, :size], block[:, size:]
+
+
+def _row_norms(points: torch.Tensor) -> torch.Tensor:
+    return torch.einsum("ij,ij->i", points, points)
+
+
+def _prepared(dtype: torch.dtype, *clouds: torch.Tensor) -> list[torch.Tensor]:
+    """Shift float64 clouds by the mean of all of them together, then cast to ``dtype``."""
+    count = sum(cloud.shape[0] for cloud in clouds)
+    if count == 0:
+        return [cloud.to(dtype) for cloud in clouds]
+    shift = sum(cloud.sum(dim=0) for cloud in clouds) / count
+    return [(cloud - shift).to(dtype).contiguous() for cloud in clouds]
+
+
+# ----------------------------------------------------------------------------- median
+
+
+def _positive_within(pairs: _Pairs, points: torch.Tensor) -> Iterator[torch.Tensor]:
+    """1-D tensors of the positive squared distances over pairs ``i < j``."""
+    upper: torch.Tensor | None = None
+    for square, rest in pairs.within(points):
+        size = square.shape[0]
+        if upper is None or upper.shape[0] != size:
+            upper = torch.ones(size, size, dtype=torch.bool, device=points.device).triu_(1)
+        yield square[upper & (square > 0)]
+        yield rest[rest > 0]
+
+
+def _keys(values: torch.Tensor) -> torch.Tensor:
+    """Bit patterns of positive floats as int64; they order exactly as the values do."""
+    return values.contiguous().view(_KEY_DTYPE[values.dtype]).to(torch.int64)
+
+
+def _count_into(histogram: torch.Tensor, digits: torch.Tensor) -> None:
+    """Add the number of occurrences of each digit to ``histogram`` (in place)."""
+    histogram.index_add_(0, digits, torch.ones_like(digits))
+
+
+def _value_of_key(key: int, dtype: torch.dtype) -> float:
+    pattern = torch.tensor([key], dtype=torch.int64).to(_KEY_DTYPE[dtype])
+    return float(pattern.view(dtype)[0])
+
+
+class _MedianSelection:
+    """Exact order statistics of the positive within-cloud squared distances.
+
+    Values whose keys share their leading bits form a bucket. A pass over the blocks
+    builds a histogram of the next digit of the keys in the bucket holding the wanted
+    ranks, which narrows the bucket, until it fits in memory and is sorted.
+    """
+
+    def __init__(self, pairs: _Pairs, points: torch.Tensor) -> None:
+        self.pairs = pairs
+        self.points = points
+        self.dtype = points.dtype
+        self.budget = max(1, pairs.max_block_bytes // pairs.itemsize)
+
+    def _bucket(self, key: int, shift: int) -> Iterator[torch.Tensor]:
+        for values in _positive_within(self.pairs, self.points):
+            yield values[(_keys(values) >> shift) == key]
+
+    def median(self) -> float:
+        bits = _KEY_BITS[self.dtype]
+        shift = bits - _FIRST_DIGIT_BITS[self.dtype]
+        # Values are kept while they fit in the budget; past it, they are only counted
+        # per leading digit, and the selection goes on by narrowing.
+        kept: list[torch.Tensor] = []
+        kept_size = 0
+        histogram: torch.Tensor | None = None
+        for values in _positive_within(self.pairs, self.points):
+            if histogram is None:
+                if kept_size + values.numel() <= self.budget:
+                    kept.append(values)
+                    kept_size += values.numel()
+                    continue
+                histogram = torch.zeros(
+                    1 << (bits - shift), dtype=torch.int64, device=self.points.device
+                )
+                for earlier in kept:
+                    _count_into(histogram, _keys(earlier) >> shift)
+                kept = []
+            _count_into(histogram, _keys(values) >> shift)
+        if histogram is None:
+            if kept_size == 0:
+                return 0.0
+            ranks = ((kept_size - 1) // 2, kept_size // 2)
+            low, high = _order_statistics(torch.cat(kept), ranks)
+        else:
+            count = int(histogram.sum())
+            ranks = ((count - 1) // 2, count // 2)
+            low, high = self._narrow(ranks, histogram, shift)
+        return 0.5 * (math.sqrt(low) + math.sqrt(high))
+
+    def _narrow(
+        self, ranks: tuple[int, int], histogram: torch.Tensor, shift: int
+    ) -> tuple[float, float]:
+        """Order statistics ``ranks`` (adjacent, 0-based) by narrowing the bucket.
+
+        ``histogram[b]`` counts the values whose key ``>> shift`` is ``base + b``;
+        ``below`` values are smaller than all of them.
+        """
+        below, base = 0, 0
+        while True:
+            counts = histogram.cpu()
+            cumulative = below + torch.cumsum(counts, dim=0)
+            first = int(torch.searchsorted(cumulative, ranks[0], right=True))
+            second = int(torch.searchsorted(cumulative, ranks[1], right=True))
+            if first > 0:
+                below = int(cumulative[first - 1])
+            key_first, key_second = base + first, base + second
+            if key_first != key_second:
+                # The lower rank closes its bucket and the upper one opens the next
+                # non-empty bucket: one is a maximum, the other a minimum.
+                low = max(float(v.max()) for v in self._bucket(key_first, shift) if v.numel())
+                high = min(float(v.min()) for v in self._bucket(key_second, shift) if v.numel())
+                return low, high
+            if shift == 0:
+                value = _value_of_key(key_first, self.dtype)
+                return value, value
+            if int(counts[first]) <= self.budget:
+                values = torch.cat(list(self._bucket(key_first, shift)))
+                return _order_statistics(values, (ranks[0] - below, ranks[1] - below))
+            finer = max(shift - _DIGIT_BITS, 0)
+            width = shift - finer
+            histogram = torch.zeros(1 << width, dtype=torch.int64, device=self.points.device)
+            for values in self._bucket(key_first, shift):
+                digits = (_keys(values) >> finer) & ((1 << width) - 1)
+                _count_into(histogram, digits)
+            base, shift = key_first << width, finer
+
+
+def _order_statistics(values: torch.Tensor, ranks: tuple[int, int]) -> tuple[float, float]:
+    low = float(torch.kthvalue(values, ranks[0] + 1).values)
+    if ranks[1] == ranks[0]:
+        return low, low
+    return low, float(torch.kthvalue(values, ranks[1] + 1).values)
+
+
+def _median(pairs: _Pairs, points: torch.Tensor) -> float:
+    return _MedianSelection(pairs, points).median()
 
 
 def _applied(kind: str, scale: float, d2: torch.Tensor) -> torch.Tensor:
@@ -43,9 +247,7 @@ def _applied(kind: str, scale: float, d2: torch.Tensor) -> torch.Tensor:
     return torch.exp(d2 * scale)
 
 
-def _add_sums(
-    totals: torch.Tensor, transforms: Sequence[tuple[str, float]], d2: torch.Tensor
-) -> None:
+def _add_sums(totals: torch.Tensor, transforms: Sequence[PairTransform], d2: torch.Tensor) -> None:
     for index, (kind, scale) in enumerate(transforms):
         totals[index] += _applied(kind, scale, d2).sum(dtype=torch.float64)
 
@@ -53,7 +255,7 @@ def _add_sums(
 class TorchStoredPairs:
     """The snapped squared distances of the pairs ``i < j`` of one cloud, on a device.
 
-    The counterpart of :class:`scperteval.metrics.population.StoredPairs`: a
+    The counterpart of :class:`scperteval.kernels.pairs.StoredPairs`: a
     reference sample's within-sample kernel sum at many bandwidths costs one pass of
     exponentials over the stored values each, not the distances again.
 
@@ -87,9 +289,9 @@ class TorchStoredPairs:
         """Memory held by the stored distances, in bytes."""
         return int(self._values.numel() * self._values.element_size())
 
-    def sums(self, transforms: Sequence[tuple[str, float]]) -> list[float]:
+    def sums(self, transforms: Sequence[PairTransform]) -> list[float]:
         """Sums over the pairs ``i < j`` of each transform of the stored distances."""
-        _check_transforms(transforms)
+        check_transforms(transforms)
         totals = torch.zeros(len(transforms), dtype=torch.float64, device=self._values.device)
         chunk = max(1, self._pairs.blocks.max_block_bytes // (2 * self._values.element_size()))
         with torch.no_grad():
@@ -133,18 +335,24 @@ class TorchPairs:
         return f"torch:{self.device}:{str(self.dtype).removeprefix('torch.')}"
 
     def tensor(self, x: Any) -> torch.Tensor:
-        """A float64 array on the device, cast to the computation dtype."""
+        """A float64 array (or a tensor) on the device, cast to the computation dtype."""
+        if isinstance(x, torch.Tensor):
+            return x.to(device=self.device, dtype=self.dtype)
         return torch.tensor(np.asarray(x, dtype=np.float64), device=self.device).to(self.dtype)
 
     def sums(
-        self, x: np.ndarray, y: np.ndarray | None, transforms: Sequence[tuple[str, float]]
+        self,
+        x: np.ndarray | torch.Tensor,
+        y: np.ndarray | torch.Tensor | None,
+        transforms: Sequence[PairTransform],
     ) -> list[float]:
-        """Sums over pairs of each transform (see :func:`~scperteval.metrics.population.pair_sums`).
+        """Sums over pairs of each transform (see :func:`~scperteval.kernels.pairs.pair_sums`).
 
         Parameters
         ----------
         x, y
-            Float64 point clouds, already shifted. With ``y`` the pairs are all
+            Float64 point clouds (arrays, or tensors already in the computation dtype),
+            already shifted. With ``y`` the pairs are all
             ``(x_i, y_j)``; with ``y=None`` the unordered pairs ``i < j`` of ``x``.
         transforms
             ``("sqrt", 0.0)`` and/or ``("rbf", -1 / (2 sigma^2))`` pairs.
@@ -155,7 +363,7 @@ class TorchPairs:
             One sum per transform, in order.
 
         """
-        _check_transforms(transforms)
+        check_transforms(transforms)
         if not transforms:
             return []
         totals = torch.zeros(len(transforms), dtype=torch.float64, device=self.device)
@@ -182,10 +390,13 @@ class TorchPairs:
     def median(self, z: Any) -> float:
         """Median of the positive pairwise distances of the rows of ``z``.
 
-        The definition of
-        :func:`scperteval.metrics.population.median_pairwise_distance`.
+        The definition of :func:`scperteval.kernels.pairs.median_distance`; ``z`` is a
+        float64 array, or a float64 tensor on the device, shifted here.
         """
-        points64 = torch.tensor(np.asarray(z, dtype=np.float64), device=self.device)
+        if isinstance(z, torch.Tensor):
+            points64 = z
+        else:
+            points64 = torch.tensor(np.asarray(z, dtype=np.float64), device=self.device)
         with torch.no_grad():
             (points,) = _prepared(self.dtype, points64)
             return _median(self.blocks, points)
