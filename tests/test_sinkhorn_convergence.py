@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from scperteval.kernels.sinkhorn_loop import DEFAULT_TOL
+from scperteval.kernels.sinkhorn import DEFAULT_TOL
 from scperteval.metrics import PerturbationContext
 from scperteval.metrics.population import sinkhorn
 

@@ -38,7 +38,7 @@ from scperteval.kernels.pairs import (
     rbf_transform,
     single_threaded_blas,
 )
-from scperteval.kernels.sinkhorn_loop import DEFAULT_MAX_ITER, check_stopping
+from scperteval.kernels.sinkhorn import DEFAULT_MAX_ITER, check_stopping
 from scperteval.metrics._common import DegenerateInput, as_matrix
 from scperteval.metrics._registry import METRICS
 from scperteval.metrics.context import PerturbationContext
@@ -563,8 +563,8 @@ def sinkhorn(
     tol
         Stopping tolerance at the final temperature, in units of ``eps``: stop once
         five consecutive iterations each change ``S_eps`` by less than
-        ``tol * eps`` (see :func:`scperteval.kernels.sinkhorn_loop.converge`).
-        :data:`~scperteval.kernels.sinkhorn_loop.DEFAULT_TOL` (1e-7) gives values
+        ``tol * eps`` (see :func:`scperteval.kernels.sinkhorn.converge`).
+        :data:`~scperteval.kernels.sinkhorn.DEFAULT_TOL` (1e-7) gives values
         within 1e-6 relative of a fully converged solver on real
         perturbation-vs-control pairs (measured: ``benchmarks/bench_sinkhorn.py``), at
         about 15 times the annealing's time (50 times for 2,000-cell populations).
@@ -617,36 +617,40 @@ def sinkhorn(
     if not pooled_range.any():
         return 0.0
     diameter = float(np.linalg.norm(pooled_range))
-    if backend == "tensorized" and device is None:
-        from scperteval.kernels.sinkhorn import debiased_sinkhorn
+    from scperteval.kernels.sinkhorn import debiased_sinkhorn
 
+    if backend == "tensorized" and device is None:
         divergence = debiased_sinkhorn(
             x, y, blur, scaling, diameter=diameter, tol=tol, max_iter=max_iter
         )
         return math.sqrt(2.0 * max(divergence, 0.0))
-    if tol is not None:
-        from scperteval.metrics._sinkhorn_torch import torch_divergence
-
-        target = torch.device(device if device is not None else "cpu")
-        with contextlib.nullcontext() if target.type != "cpu" else _single_threaded_torch(torch):
-            divergence = torch_divergence(
-                x,
-                y,
-                blur=blur,
-                scaling=scaling,
+    target = torch.device(device if device is not None else "cpu")
+    on_cpu = target.type == "cpu"
+    with torch.no_grad(), _single_threaded_torch(torch) if on_cpu else contextlib.nullcontext():
+        tx, ty = torch.from_numpy(x).to(target), torch.from_numpy(y).to(target)
+        if tol is None:
+            loss = SamplesLoss(
+                "sinkhorn", p=2, blur=blur, scaling=scaling, debias=True, backend=backend
+            )
+            divergence = float(loss(tx, ty).item())
+        else:
+            divergence = debiased_sinkhorn(
+                tx,
+                ty,
+                blur,
+                scaling,
                 diameter=diameter,
                 tol=tol,
                 max_iter=max_iter,
-                device=target,
+                softmin=_torch_softmin(torch),
             )
-        return math.sqrt(2.0 * max(divergence, 0.0))
-    loss = SamplesLoss("sinkhorn", p=2, blur=blur, scaling=scaling, debias=True, backend=backend)
-    if device is not None and torch.device(device).type != "cpu":
-        with torch.no_grad():
-            divergence = float(
-                loss(torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)).item()
-            )
-        return math.sqrt(2.0 * max(divergence, 0.0))
-    with torch.no_grad(), _single_threaded_torch(torch):
-        divergence = float(loss(torch.from_numpy(x), torch.from_numpy(y)).item())
     return math.sqrt(2.0 * max(divergence, 0.0))
+
+
+def _torch_softmin(torch: Any) -> Any:
+    """The soft-C-transform of the Sinkhorn iterations as a ``logsumexp`` on tensors."""
+
+    def softmin(cost: Any, potential: Any, eps: float) -> Any:
+        return -eps * torch.logsumexp(potential[None, :] - cost / eps, dim=1)
+
+    return softmin
