@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from scperteval.metrics import PerturbationContext, weighted_mse, weighted_r2  # noqa: E402
 from scperteval.metrics import population as reference  # noqa: E402
-from scperteval.metrics._common import DegenerateInput  # noqa: E402
+from scperteval.metrics.common import DegenerateInput  # noqa: E402
 from scperteval.torch_backend import (  # noqa: E402
     DEGWeights,
     DeviceUnavailable,

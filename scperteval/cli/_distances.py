@@ -141,8 +141,13 @@ def run(args: argparse.Namespace) -> int:
     """Run ``scperteval distances``."""
     from scperteval.data.h5ad import is_anndata
     from scperteval.data.matrix_io import open_data
-    from scperteval.distances import bootstrap, onesided, pairwise, permutation_test
-    from scperteval.distances._figures import distance_figure
+    from scperteval.distances import (
+        bootstrap,
+        distance_figure,
+        onesided,
+        pairwise,
+        permutation_test,
+    )
     from scperteval.runinfo import write_atomic, write_run_json
 
     checked = _check_options(args)

@@ -22,6 +22,7 @@ from scperteval.distances._base import DISTANCES, Distance, Group, resolve_dista
 from scperteval.distances._bootstrap import bootstrap, bootstrap_draws
 from scperteval.distances._correction import CORRECTIONS, adjust
 from scperteval.distances._features import GroupedCells, group_cells, parse_space
+from scperteval.distances._figures import distance_figure
 from scperteval.distances._permutation import permutation_test, permutations
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "permutations",
     "DISTANCES",
     "Distance",
+    "distance_figure",
     "Group",
     "GroupedCells",
     "group_cells",

@@ -20,7 +20,7 @@ from scperteval.data.halves import derive_seed
 from scperteval.engine.featuremap import FeatureMap
 from scperteval.engine.pca import SampleRows, principal_axes
 from scperteval.errors import SpecError
-from scperteval.metrics._common import DegenerateInput
+from scperteval.metrics import DegenerateInput
 from scperteval.registry import Registry
 
 if TYPE_CHECKING:

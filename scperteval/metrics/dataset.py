@@ -31,8 +31,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from scperteval.metrics._common import DegenerateInput, as_matrix
 from scperteval.metrics._registry import METRICS
+from scperteval.metrics.common import DegenerateInput, as_matrix
 from scperteval.metrics.context import DatasetContext
 
 __all__ = [

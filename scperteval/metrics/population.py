@@ -39,8 +39,8 @@ from scperteval.kernels.pairs import (
     single_threaded_blas,
 )
 from scperteval.kernels.sinkhorn import DEFAULT_MAX_ITER, check_stopping
-from scperteval.metrics._common import DegenerateInput, as_matrix
 from scperteval.metrics._registry import METRICS
+from scperteval.metrics.common import DegenerateInput, as_matrix
 from scperteval.metrics.context import PerturbationContext
 
 __all__ = [

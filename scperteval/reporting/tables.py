@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from scperteval.reporting._format import (
+from scperteval.reporting.formatting import (
     DAGGER,
     MISSING,
     TEXT_COLUMNS,
