@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -46,6 +46,8 @@ __all__ = [
     "PairTransform",
     "StoredPairs",
     "StoredSums",
+    "ArrayOps",
+    "median_of_positive",
     "centred",
     "check_bandwidth",
     "check_transforms",
@@ -434,60 +436,117 @@ def median_distance(z: Float64Array, *, max_block_bytes: int = DEFAULT_BLOCK_BYT
 
     """
     (points,) = centred(np.ascontiguousarray(z, dtype=np.float64))
-    budget = max(1, int(max_block_bytes) // 8)
-    shift = 64 - _FIRST_DIGIT_BITS
-    # The histogram of the radix selection is started only once the values outgrow
-    # the budget (it then counts the values kept so far too).
-    histogram: npt.NDArray[np.int64] | None = None
-    kept: list[Float64Array] = []
-    count = 0
     with single_threaded_blas():
-        for block in _within_pairs(points, max_block_bytes):
-            positive = block[block > 0]
-            count += positive.size
-            if histogram is None and count <= budget:
-                kept.append(positive)
-                continue
-            if histogram is None:
-                histogram = np.zeros(1 << _FIRST_DIGIT_BITS, dtype=np.int64)
-                for values in kept:
-                    histogram += np.bincount(_keys(values) >> shift, minlength=histogram.size)
-                kept = []
-            histogram += np.bincount(_keys(positive) >> shift, minlength=histogram.size)
-        if count == 0:
-            return 0.0
-        ranks = ((count - 1) // 2, count // 2)
-        if histogram is None:
-            values = np.partition(np.concatenate(kept), ranks)
-            low, high = float(values[ranks[0]]), float(values[ranks[1]])
-        else:
-            low, high = _radix_select(points, ranks, histogram, shift, budget, max_block_bytes)
+        return median_of_positive(
+            lambda: _positive_within(points, max_block_bytes),
+            max(1, int(max_block_bytes) // 8),
+            ArrayOps(),
+            _FIRST_DIGIT_BITS,
+        )
+
+
+def _positive_within(points: Float64Array, max_block_bytes: int) -> Iterator[Float64Array]:
+    """The positive squared distances of the pairs ``i < j`` of ``points``, block by block."""
+    for block in _within_pairs(points, max_block_bytes):
+        yield block[block > 0]
+
+
+class ArrayOps:
+    """The array operations of :func:`median_of_positive`, on NumPy float64 arrays.
+
+    Another library's arrays (torch tensors on a device) take a subclass: the
+    selection itself only compares keys, counts digits and moves small arrays to
+    NumPy.
+    """
+
+    #: Bits of the values' floating-point type.
+    key_bits = 64
+
+    def keys(self, values: Any) -> Any:
+        """Bit patterns of positive floats as int64; they order exactly as the values do."""
+        return np.ascontiguousarray(values).view(np.int64)
+
+    def histogram(self, digits: Any, size: int) -> Any:
+        """Occurrences of each of the digits ``0 .. size - 1``."""
+        return np.bincount(digits, minlength=size)
+
+    def host(self, values: Any) -> np.ndarray:
+        """``values`` as a NumPy array."""
+        return np.asarray(values)
+
+
+def median_of_positive(
+    passes: Callable[[], Iterable[Any]], budget: int, ops: ArrayOps, first_digit_bits: int
+) -> float:
+    """``(sqrt(low) + sqrt(high)) / 2`` for the middle values of positive squared distances.
+
+    Exact, in bounded memory: the values are kept while there are at most ``budget``
+    of them; past that, a radix selection on their bit patterns (monotone in the
+    value for positive floats) counts them per leading digit, one pass per digit,
+    until the bucket holding the middle values fits in the budget.
+
+    Parameters
+    ----------
+    passes
+        Each call starts a pass over the values, in chunks (1-D arrays of ``ops``'s
+        library); every pass yields the same values.
+    budget
+        Values held at once, at most.
+    ops
+        The array operations (:class:`ArrayOps` for NumPy).
+    first_digit_bits
+        Bits of the key resolved by the first pass.
+
+    Returns
+    -------
+    float
+        The median of the square roots (the mean of the two middle ones for an even
+        count); 0.0 when there are no values.
+
+    """
+    shift = ops.key_bits - first_digit_bits
+    # The histogram is started only once the values outgrow the budget (it then
+    # counts the values kept so far too).
+    histogram: Any = None
+    kept: list[Any] = []
+    count = 0
+    for positive in passes():
+        count += int(positive.shape[0])
+        if histogram is None and count <= budget:
+            kept.append(positive)
+            continue
+        for values in [*kept, positive]:
+            counted = ops.histogram(ops.keys(values) >> shift, 1 << first_digit_bits)
+            histogram = counted if histogram is None else histogram + counted
+        kept = []
+    if count == 0:
+        return 0.0
+    ranks = ((count - 1) // 2, count // 2)
+    if histogram is None:
+        values = np.partition(np.concatenate([ops.host(v) for v in kept]), ranks)
+        low, high = float(values[ranks[0]]), float(values[ranks[1]])
+    else:
+        low, high = _radix_select(passes, ranks, ops.host(histogram), shift, budget, ops)
     return 0.5 * (math.sqrt(low) + math.sqrt(high))
 
 
-def _keys(values: Float64Array) -> npt.NDArray[np.int64]:
-    """Bit patterns of positive floats, which order exactly as the values do."""
-    return np.ascontiguousarray(values).view(np.int64)
-
-
 def _with_key(
-    points: Float64Array, key: int, shift: int, max_block_bytes: int
-) -> Iterator[Float64Array]:
-    """Positive squared distances whose bit pattern starts with ``key`` (above ``shift``)."""
-    for block in _within_pairs(points, max_block_bytes):
-        positive = block[block > 0]
-        yield positive[(_keys(positive) >> shift) == key]
+    passes: Callable[[], Iterable[Any]], ops: ArrayOps, key: int, shift: int
+) -> Iterator[Any]:
+    """The values whose bit pattern starts with ``key`` (above ``shift``)."""
+    for values in passes():
+        yield values[(ops.keys(values) >> shift) == key]
 
 
 def _radix_select(
-    points: Float64Array,
+    passes: Callable[[], Iterable[Any]],
     ranks: tuple[int, int],
     histogram: npt.NDArray[np.int64],
     shift: int,
     budget: int,
-    max_block_bytes: int,
+    ops: ArrayOps,
 ) -> tuple[float, float]:
-    """Order statistics ``ranks`` (0-based, adjacent) of the positive squared distances.
+    """Order statistics ``ranks`` (0-based, adjacent) of the values of ``passes``.
 
     ``histogram[b]`` counts the values whose key ``bits >> shift`` is ``base + b``; the
     wanted values lie among them, above ``below`` smaller values.
@@ -504,26 +563,29 @@ def _radix_select(
         if key_first != key_second:
             # The first wanted value closes its bucket; the second is the smallest value
             # of the next non-empty bucket.
-            in_first = _with_key(points, key_first, shift, max_block_bytes)
-            in_second = _with_key(points, key_second, shift, max_block_bytes)
+            in_first = _with_key(passes, ops, key_first, shift)
+            in_second = _with_key(passes, ops, key_second, shift)
             return (
-                max(float(v.max()) for v in in_first if v.size),
-                min(float(v.min()) for v in in_second if v.size),
+                max(float(v.max()) for v in in_first if v.shape[0]),
+                min(float(v.min()) for v in in_second if v.shape[0]),
             )
         if shift == 0:
-            value = float(np.array([key_first], dtype=np.int64).view(np.float64)[0])
+            pattern = np.array([key_first], dtype=np.int64).astype(f"int{ops.key_bits}")
+            value = float(pattern.view(f"float{ops.key_bits}")[0])
             return value, value
         if int(histogram[bin_first]) <= budget:
-            chunks = list(_with_key(points, key_first, shift, max_block_bytes))
+            chunks = [ops.host(v) for v in _with_key(passes, ops, key_first, shift)]
             offsets = (first - below, second - below)
             values = np.partition(np.concatenate(chunks), offsets)
             return float(values[offsets[0]]), float(values[offsets[1]])
         finer = max(shift - _DIGIT_BITS, 0)
         width = shift - finer
-        histogram = np.zeros(1 << width, dtype=np.int64)
-        for values in _with_key(points, key_first, shift, max_block_bytes):
-            digits = (_keys(values) >> finer) & ((1 << width) - 1)
-            histogram += np.bincount(digits, minlength=histogram.size)
+        counted: Any = None
+        for values in _with_key(passes, ops, key_first, shift):
+            digits = (ops.keys(values) >> finer) & ((1 << width) - 1)
+            more = ops.histogram(digits, 1 << width)
+            counted = more if counted is None else counted + more
+        histogram = ops.host(counted)
         base, shift = key_first << width, finer
 
 

@@ -20,14 +20,19 @@ float32 on a GPU is faster and accurate to the bound given in ``docs/torch.md``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from scperteval.kernels.pairs import DEFAULT_BLOCK_BYTES, PairTransform, check_transforms
+from scperteval.kernels.pairs import (
+    DEFAULT_BLOCK_BYTES,
+    ArrayOps,
+    PairTransform,
+    check_transforms,
+    median_of_positive,
+)
 from scperteval.torch_backend._common import DeviceLike, resolve_device, resolve_dtype
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "TorchPairs", "TorchStoredPairs"]
@@ -126,118 +131,24 @@ def _positive_within(pairs: _Pairs, points: torch.Tensor) -> Iterator[torch.Tens
         yield rest[rest > 0]
 
 
-def _keys(values: torch.Tensor) -> torch.Tensor:
-    """Bit patterns of positive floats as int64; they order exactly as the values do."""
-    return values.contiguous().view(_KEY_DTYPE[values.dtype]).to(torch.int64)
+class _TorchOps(ArrayOps):
+    """The operations of the median selection on tensors of one dtype."""
 
+    def __init__(self, dtype: torch.dtype) -> None:
+        self.key_bits = _KEY_BITS[dtype]
+        self.key_dtype = _KEY_DTYPE[dtype]
 
-def _count_into(histogram: torch.Tensor, digits: torch.Tensor) -> None:
-    """Add the number of occurrences of each digit to ``histogram`` (in place)."""
-    histogram.index_add_(0, digits, torch.ones_like(digits))
+    def keys(self, values: Any) -> Any:
+        """Bit patterns of positive floats as int64; they order exactly as the values do."""
+        return values.contiguous().view(self.key_dtype).to(torch.int64)
 
+    def histogram(self, digits: Any, size: int) -> Any:
+        """Occurrences of each of the digits ``0 .. size - 1``, on the device."""
+        return torch.bincount(digits, minlength=size)
 
-def _value_of_key(key: int, dtype: torch.dtype) -> float:
-    pattern = torch.tensor([key], dtype=torch.int64).to(_KEY_DTYPE[dtype])
-    return float(pattern.view(dtype)[0])
-
-
-class _MedianSelection:
-    """Exact order statistics of the positive within-cloud squared distances.
-
-    Values whose keys share their leading bits form a bucket. A pass over the blocks
-    builds a histogram of the next digit of the keys in the bucket holding the wanted
-    ranks, which narrows the bucket, until it fits in memory and is sorted.
-    """
-
-    def __init__(self, pairs: _Pairs, points: torch.Tensor) -> None:
-        self.pairs = pairs
-        self.points = points
-        self.dtype = points.dtype
-        self.budget = max(1, pairs.max_block_bytes // pairs.itemsize)
-
-    def _bucket(self, key: int, shift: int) -> Iterator[torch.Tensor]:
-        for values in _positive_within(self.pairs, self.points):
-            yield values[(_keys(values) >> shift) == key]
-
-    def median(self) -> float:
-        bits = _KEY_BITS[self.dtype]
-        shift = bits - _FIRST_DIGIT_BITS[self.dtype]
-        # Values are kept while they fit in the budget; past it, they are only counted
-        # per leading digit, and the selection goes on by narrowing.
-        kept: list[torch.Tensor] = []
-        kept_size = 0
-        histogram: torch.Tensor | None = None
-        for values in _positive_within(self.pairs, self.points):
-            if histogram is None:
-                if kept_size + values.numel() <= self.budget:
-                    kept.append(values)
-                    kept_size += values.numel()
-                    continue
-                histogram = torch.zeros(
-                    1 << (bits - shift), dtype=torch.int64, device=self.points.device
-                )
-                for earlier in kept:
-                    _count_into(histogram, _keys(earlier) >> shift)
-                kept = []
-            _count_into(histogram, _keys(values) >> shift)
-        if histogram is None:
-            if kept_size == 0:
-                return 0.0
-            ranks = ((kept_size - 1) // 2, kept_size // 2)
-            low, high = _order_statistics(torch.cat(kept), ranks)
-        else:
-            count = int(histogram.sum())
-            ranks = ((count - 1) // 2, count // 2)
-            low, high = self._narrow(ranks, histogram, shift)
-        return 0.5 * (math.sqrt(low) + math.sqrt(high))
-
-    def _narrow(
-        self, ranks: tuple[int, int], histogram: torch.Tensor, shift: int
-    ) -> tuple[float, float]:
-        """Order statistics ``ranks`` (adjacent, 0-based) by narrowing the bucket.
-
-        ``histogram[b]`` counts the values whose key ``>> shift`` is ``base + b``;
-        ``below`` values are smaller than all of them.
-        """
-        below, base = 0, 0
-        while True:
-            counts = histogram.cpu()
-            cumulative = below + torch.cumsum(counts, dim=0)
-            first = int(torch.searchsorted(cumulative, ranks[0], right=True))
-            second = int(torch.searchsorted(cumulative, ranks[1], right=True))
-            if first > 0:
-                below = int(cumulative[first - 1])
-            key_first, key_second = base + first, base + second
-            if key_first != key_second:
-                # The lower rank closes its bucket and the upper one opens the next
-                # non-empty bucket: one is a maximum, the other a minimum.
-                low = max(float(v.max()) for v in self._bucket(key_first, shift) if v.numel())
-                high = min(float(v.min()) for v in self._bucket(key_second, shift) if v.numel())
-                return low, high
-            if shift == 0:
-                value = _value_of_key(key_first, self.dtype)
-                return value, value
-            if int(counts[first]) <= self.budget:
-                values = torch.cat(list(self._bucket(key_first, shift)))
-                return _order_statistics(values, (ranks[0] - below, ranks[1] - below))
-            finer = max(shift - _DIGIT_BITS, 0)
-            width = shift - finer
-            histogram = torch.zeros(1 << width, dtype=torch.int64, device=self.points.device)
-            for values in self._bucket(key_first, shift):
-                digits = (_keys(values) >> finer) & ((1 << width) - 1)
-                _count_into(histogram, digits)
-            base, shift = key_first << width, finer
-
-
-def _order_statistics(values: torch.Tensor, ranks: tuple[int, int]) -> tuple[float, float]:
-    low = float(torch.kthvalue(values, ranks[0] + 1).values)
-    if ranks[1] == ranks[0]:
-        return low, low
-    return low, float(torch.kthvalue(values, ranks[1] + 1).values)
-
-
-def _median(pairs: _Pairs, points: torch.Tensor) -> float:
-    return _MedianSelection(pairs, points).median()
+    def host(self, values: Any) -> np.ndarray:
+        """``values`` as a NumPy array."""
+        return np.asarray(values.cpu().numpy())
 
 
 def _applied(kind: str, scale: float, d2: torch.Tensor) -> torch.Tensor:
@@ -397,6 +308,12 @@ class TorchPairs:
             points64 = z
         else:
             points64 = torch.tensor(np.asarray(z, dtype=np.float64), device=self.device)
+        blocks = self.blocks
         with torch.no_grad():
             (points,) = _prepared(self.dtype, points64)
-            return _median(self.blocks, points)
+            return median_of_positive(
+                lambda: _positive_within(blocks, points),
+                max(1, blocks.max_block_bytes // blocks.itemsize),
+                _TorchOps(self.dtype),
+                _FIRST_DIGIT_BITS[self.dtype],
+            )
