@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from scipy.special import logsumexp
 
 from scperteval.kernels.distances import zero_through_diagonal
-from scperteval.kernels.rbf import _exponentials, _largest, softmin
-from scperteval.kernels.sinkhorn import half_squared_distances
+from scperteval.kernels.rbf import _exponentials, _largest
+from scperteval.kernels.sinkhorn import (
+    _compiled_annealing,
+    anneal,
+    half_squared_distances,
+    softmin,
+    temperature_schedule,
+)
 
 
 @pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 16, 17, 1001])
@@ -63,6 +71,24 @@ def test_softmin_is_the_log_sum_exp():
     for eps in (100.0, 1.0, 0.01):
         expected = -eps * logsumexp(potential[None, :] - cost / eps, axis=1)
         np.testing.assert_allclose(softmin(cost, potential, eps), expected, rtol=1e-13)
+
+
+@pytest.mark.parametrize(("n", "m"), [(1, 1), (9, 30), (120, 75)])
+def test_compiled_annealing_is_the_generic_one(n, m):
+    rng = np.random.default_rng(n + m)
+    x, y = rng.standard_normal((n, 6)), rng.standard_normal((m, 6)) + 0.4
+    costs = (
+        half_squared_distances(x, y),
+        half_squared_distances(y, x),
+        half_squared_distances(x, x),
+        half_squared_distances(y, y),
+    )
+    log_weights = (np.full(n, math.log(1.0 / n)), np.full(m, math.log(1.0 / m)))
+    temperatures = temperature_schedule(8.0, 0.05, 0.8)
+    compiled = _compiled_annealing(costs, log_weights, temperatures)
+    generic = anneal(softmin, costs, log_weights, temperatures)
+    for got, expected in zip(compiled, generic, strict=True):
+        np.testing.assert_array_equal(got, expected)
 
 
 @pytest.mark.parametrize("offset", [-5, -1, 0, 2, 40])

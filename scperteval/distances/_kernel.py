@@ -21,8 +21,7 @@ import numpy as np
 from scperteval.distances._base import DISTANCES, Distance, Group
 from scperteval.errors import DatasetError
 from scperteval.kernels.pairs import SQRT, pair_sums
-from scperteval.kernels.sinkhorn import DEFAULT_MAX_ITER, check_stopping
-from scperteval.metrics.population import sinkhorn
+from scperteval.metrics.population import DEFAULT_MAX_ITER, check_stopping, sinkhorn
 
 __all__ = [
     "EnergyDistance",

@@ -26,7 +26,7 @@ import math
 import numba
 import numpy as np
 
-__all__ = ["NO_DIAGONAL", "rbf_tile_sum", "softmin"]
+__all__ = ["NO_DIAGONAL", "rbf_tile_sum"]
 
 #: ``diagonal_offset`` that keeps every pair of a tile.
 NO_DIAGONAL = -(2**62)
@@ -184,54 +184,3 @@ def rbf_tile_sum(
             values[columns <= rows + diagonal_offset] = 0.0
         return float(values.sum())
     return float(_fused_tile_sum(tile, float(scale), int(diagonal_offset)))
-
-
-@numba.njit(cache=True, nogil=True)
-def _scaled_differences(
-    potential: np.ndarray, row: np.ndarray, eps: float, out: np.ndarray
-) -> None:
-    """``out[j] = potential[j] - row[j] / eps``."""
-    for j in range(row.shape[0]):
-        out[j] = potential[j] - row[j] / eps
-
-
-@numba.njit(cache=True, nogil=True)
-def _softmin_rows(cost: np.ndarray, potential: np.ndarray, eps: float, out: np.ndarray) -> None:
-    """``out[i] = -eps * log(sum_j exp(potential[j] - cost[i, j] / eps))``."""
-    n_rows, n_columns = cost.shape
-    exponents = np.empty(n_columns)
-    mantissas = np.empty(n_columns)
-    powers = np.empty(n_columns)
-    for i in range(n_rows):
-        # Separate passes: the divisions vectorise only in a loop of their own, and
-        # the maximum is fastest over several running maxima (see ``_largest``).
-        _scaled_differences(potential, cost[i], eps, exponents)
-        largest = _largest(exponents)
-        # Every argument is <= 0 and the largest is 0, so the sum is >= 1: arguments
-        # clamped at the smallest normal exponent change it by less than one ulp.
-        _exponentials(exponents, 1.0, largest, mantissas, powers)
-        out[i] = -eps * (math.log(_products_sum(mantissas, powers)) + largest)
-
-
-@numba.njit(cache=True, nogil=True)
-def softmin(cost: np.ndarray, potential: np.ndarray, eps: float) -> np.ndarray:
-    """The soft-C-transform ``-eps log sum_j exp(potential_j - cost_ij / eps)`` of each row.
-
-    Parameters
-    ----------
-    cost
-        C-contiguous float64 cost matrix (rows x columns).
-    potential
-        float64 dual potential, one value per column.
-    eps
-        The temperature (positive).
-
-    Returns
-    -------
-    numpy.ndarray
-        One value per row.
-
-    """
-    out = np.empty(cost.shape[0])
-    _softmin_rows(cost, potential, eps, out)
-    return out

@@ -23,12 +23,13 @@ last update: over-relaxed alternating updates of the cross potentials, averaged
 updates of the two self potentials, until ``S`` moves by less than ``tol * eps``
 per iteration (five in a row). ``tol=None`` is geomloss's rule (annealing only).
 
-The iterations are written once, on arrays of any library: :func:`debiased_sinkhorn`
-runs them on NumPy arrays with the compiled soft-C-transform
-(:func:`scperteval.kernels.rbf.softmin`: one pass over its cost matrix that fuses
-the scaling, the vectorised exponential and the sum, with no temporary matrix), or
-on torch tensors with a ``logsumexp`` given by the caller. Importing this module
-loads neither numba nor torch.
+The iterations are written once, on arrays of any library, given a
+soft-C-transform: :func:`debiased_sinkhorn` runs them on NumPy arrays with a
+compiled one (one pass over its cost matrix that fuses the scaling, the vectorised
+exponential of :mod:`scperteval.kernels.rbf` and the sum, with no temporary matrix),
+the annealing compiled as a whole from the same :func:`anneal` (for clouds of a few
+hundred cells the interpreter's share of each step was as large as the soft-minima's),
+or on torch tensors with a ``logsumexp`` given by the caller.
 """
 
 from __future__ import annotations
@@ -37,26 +38,23 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numba
 import numpy as np
 
+from scperteval.kernels.rbf import _exponentials, _largest, _products_sum
+
 __all__ = [
-    "DEFAULT_MAX_ITER",
-    "DEFAULT_TOL",
     "OVERRELAXATION",
     "Softmin",
     "anneal",
-    "check_stopping",
     "converge",
     "debiased_sinkhorn",
     "half_squared_distances",
     "solve",
+    "softmin",
     "temperature_schedule",
 ]
 
-#: Default stopping tolerance of :func:`converge`, in units of ``eps = blur^2``.
-DEFAULT_TOL = 1e-7
-#: Default cap on the iterations of :func:`converge`.
-DEFAULT_MAX_ITER = 10000
 #: Over-relaxation factor of the cross updates in :func:`converge`.
 OVERRELAXATION = 1.9
 #: Consecutive iterations that must each change ``S`` by less than the tolerance: a
@@ -65,28 +63,6 @@ _CALM_ITERATIONS = 5
 #: A cross update larger than this many times ``max(eps, first update)`` means the
 #: over-relaxed iteration diverges: it restarts with the over-relaxation halved.
 _DIVERGED = 10.0
-
-
-def check_stopping(tol: float | None, max_iter: int) -> None:
-    """Raise ``ValueError`` unless ``tol`` is ``None`` or positive and ``max_iter`` >= 1.
-
-    Parameters
-    ----------
-    tol
-        Stopping tolerance of :func:`converge`, or ``None``.
-    max_iter
-        Cap on its iterations.
-
-    """
-    if tol is not None and not (
-        isinstance(tol, (int, float))
-        and not isinstance(tol, bool)
-        and math.isfinite(tol)
-        and tol > 0
-    ):
-        raise ValueError(f"tol must be None or a positive finite number, got {tol!r}")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
-        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
 
 
 def temperature_schedule(diameter: float, blur: float, scaling: float) -> list[float]:
@@ -256,6 +232,10 @@ def anneal(
     return f_ba, g_ab, f_aa, g_bb
 
 
+#: The annealing on given costs, log weights and temperatures, a soft-C-transform bound in.
+Annealing = Callable[[tuple[Any, Any, Any, Any], tuple[Any, Any], list[float]], tuple[Any, ...]]
+
+
 def solve(
     softmin: Softmin,
     costs: tuple[Any, Any, Any, Any],
@@ -263,6 +243,7 @@ def solve(
     temperatures: list[float],
     tol: float | None,
     max_iter: int,
+    annealing: Annealing | None = None,
 ) -> float:
     """The annealing, the iterations at the final temperature, and ``S``.
 
@@ -274,6 +255,9 @@ def solve(
         The annealing (:func:`temperature_schedule`).
     tol, max_iter
         As for :func:`converge`; ``tol=None`` stops at the end of the annealing.
+    annealing
+        Runs the annealing instead of :func:`anneal` with ``softmin``: :func:`anneal`
+        compiled with a soft-C-transform bound in.
 
     Returns
     -------
@@ -283,7 +267,10 @@ def solve(
     """
     cost_xy, cost_yx, cost_xx, cost_yy = costs
     log_a, log_b = log_weights
-    f_ba, g_ab, f_aa, g_bb = anneal(softmin, costs, log_weights, temperatures)
+    if annealing is None:
+        f_ba, g_ab, f_aa, g_bb = anneal(softmin, costs, log_weights, temperatures)
+    else:
+        f_ba, g_ab, f_aa, g_bb = annealing(costs, log_weights, temperatures)
     eps = temperatures[-1]
     if tol is not None:
         (f_ba, g_ab, f_aa, g_bb), _ = converge(
@@ -298,6 +285,84 @@ def solve(
     f_aa = softmin(cost_xx, log_a + f_aa / eps, eps)
     g_bb = softmin(cost_yy, log_b + g_bb / eps, eps)
     return _divergence(f_ba, g_ab, f_aa, g_bb)
+
+
+@numba.njit(cache=True, nogil=True)
+def _scaled_differences(
+    potential: np.ndarray, row: np.ndarray, eps: float, out: np.ndarray
+) -> None:
+    """``out[j] = potential[j] - row[j] / eps``."""
+    for j in range(row.shape[0]):
+        out[j] = potential[j] - row[j] / eps
+
+
+@numba.njit(cache=True, nogil=True)
+def _softmin_rows(cost: np.ndarray, potential: np.ndarray, eps: float, out: np.ndarray) -> None:
+    """``out[i] = -eps * log(sum_j exp(potential[j] - cost[i, j] / eps))``."""
+    n_rows, n_columns = cost.shape
+    exponents = np.empty(n_columns)
+    mantissas = np.empty(n_columns)
+    powers = np.empty(n_columns)
+    for i in range(n_rows):
+        # Separate passes: the divisions vectorise only in a loop of their own, and
+        # the maximum is fastest over several running maxima (see ``_largest``).
+        _scaled_differences(potential, cost[i], eps, exponents)
+        largest = _largest(exponents)
+        # Every argument is <= 0 and the largest is 0, so the sum is >= 1: arguments
+        # clamped at the smallest normal exponent change it by less than one ulp.
+        _exponentials(exponents, 1.0, largest, mantissas, powers)
+        out[i] = -eps * (math.log(_products_sum(mantissas, powers)) + largest)
+
+
+@numba.njit(cache=True, nogil=True)
+def softmin(cost: np.ndarray, potential: np.ndarray, eps: float) -> np.ndarray:
+    """The soft-C-transform ``-eps log sum_j exp(potential_j - cost_ij / eps)`` of each row.
+
+    Parameters
+    ----------
+    cost
+        C-contiguous float64 cost matrix (rows x columns).
+    potential
+        float64 dual potential, one value per column.
+    eps
+        The temperature (positive).
+
+    Returns
+    -------
+    numpy.ndarray
+        One value per row.
+
+    """
+    out = np.empty(cost.shape[0])
+    _softmin_rows(cost, potential, eps, out)
+    return out
+
+
+# Inlined into the cached function below: a soft-C-transform passed as a value to a
+# separately compiled function would keep that function out of numba's cache.
+_anneal_inlined = numba.njit(inline="always")(anneal)
+
+
+@numba.njit(cache=True, nogil=True)
+def _anneal_compiled(
+    cost_xy: np.ndarray,
+    cost_yx: np.ndarray,
+    cost_xx: np.ndarray,
+    cost_yy: np.ndarray,
+    log_a: np.ndarray,
+    log_b: np.ndarray,
+    temperatures: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    costs = (cost_xy, cost_yx, cost_xx, cost_yy)
+    return _anneal_inlined(softmin, costs, (log_a, log_b), temperatures)  # type: ignore[arg-type, no-any-return]
+
+
+def _compiled_annealing(
+    costs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    log_weights: tuple[np.ndarray, np.ndarray],
+    temperatures: list[float],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    return _anneal_compiled(*costs, *log_weights, np.asarray(temperatures, dtype=np.float64))  # type: ignore[no-any-return]
 
 
 def half_squared_distances(x: Any, y: Any) -> Any:
@@ -328,8 +393,8 @@ def debiased_sinkhorn(
     diameter: float | None = None,
     *,
     tol: float | None = None,
-    max_iter: int = DEFAULT_MAX_ITER,
-    softmin: Softmin | None = None,
+    max_iter: int,
+    soft_c_transform: Softmin | None = None,
 ) -> float:
     """Debiased Sinkhorn divergence ``S_eps`` between uniform measures on two clouds.
 
@@ -338,7 +403,7 @@ def debiased_sinkhorn(
     x, y
         Cells x features float64 arrays with the same features and at least one row
         each, finite, not all points coinciding: NumPy arrays, or torch tensors on
-        one device with ``softmin`` given.
+        one device with ``soft_c_transform`` given.
     blur
         Final blur (``eps = blur^2``).
     scaling
@@ -352,8 +417,9 @@ def debiased_sinkhorn(
         the end of the annealing, as geomloss does.
     max_iter
         Cap on the iterations at ``eps = blur^2``.
-    softmin
-        The soft-C-transform on the arrays given; ``None``: the compiled NumPy one.
+    soft_c_transform
+        The soft-C-transform on the arrays given (torch tensors); ``None``: NumPy
+        arrays, :func:`softmin` and the compiled annealing.
 
     Returns
     -------
@@ -362,11 +428,9 @@ def debiased_sinkhorn(
         ``||x - y||^2 / 2``; may be slightly negative by rounding.
 
     """
-    if softmin is None:
-        from scperteval.kernels.rbf import softmin as compiled_softmin
-
-        softmin = compiled_softmin
-
+    annealing: Annealing | None = None
+    if soft_c_transform is None:
+        soft_c_transform, annealing = softmin, _compiled_annealing
         x = np.ascontiguousarray(x, dtype=np.float64)
         y = np.ascontiguousarray(y, dtype=np.float64)
     if diameter is None:
@@ -382,7 +446,7 @@ def debiased_sinkhorn(
         half_squared_distances(y, y),
     )
     log_weights = (_uniform_log_weights(x), _uniform_log_weights(y))
-    return solve(softmin, costs, log_weights, temperatures, tol, max_iter)
+    return solve(soft_c_transform, costs, log_weights, temperatures, tol, max_iter, annealing)
 
 
 def _uniform_log_weights(cloud: Any) -> Any:

@@ -38,12 +38,15 @@ from scperteval.kernels.pairs import (
     rbf_transform,
     single_threaded_blas,
 )
-from scperteval.kernels.sinkhorn import DEFAULT_MAX_ITER, check_stopping
 from scperteval.metrics._registry import METRICS
 from scperteval.metrics.common import DegenerateInput, as_matrix
 from scperteval.metrics.context import PerturbationContext
 
 __all__ = [
+    "DEFAULT_MAX_ITER",
+    "DEFAULT_TOL",
+    "check_sinkhorn_options",
+    "check_stopping",
     "check_sizes",
     "cloud_pair",
     "energy_distance",
@@ -60,6 +63,11 @@ __all__ = [
 ]
 
 Float64Array = npt.NDArray[np.float64]
+
+#: Default stopping tolerance of :func:`sinkhorn`, in units of ``eps = blur^2``.
+DEFAULT_TOL = 1e-7
+#: Default cap on the iterations of :func:`sinkhorn` at the final temperature.
+DEFAULT_MAX_ITER = 10000
 
 
 def cloud_pair(gt: npt.ArrayLike, pred: npt.ArrayLike) -> tuple[Float64Array, Float64Array]:
@@ -475,6 +483,28 @@ def mmd(
     return mmd_from_sums(cross, within_x, within_y, x.shape[0], y.shape[0], unbiased=unbiased)
 
 
+def check_stopping(tol: float | None, max_iter: int) -> None:
+    """Raise ``ValueError`` unless ``tol`` is ``None`` or positive and ``max_iter`` >= 1.
+
+    Parameters
+    ----------
+    tol
+        Stopping tolerance of :func:`scperteval.kernels.sinkhorn.converge`, or ``None``.
+    max_iter
+        Cap on its iterations.
+
+    """
+    if tol is not None and not (
+        isinstance(tol, (int, float))
+        and not isinstance(tol, bool)
+        and math.isfinite(tol)
+        and tol > 0
+    ):
+        raise ValueError(f"tol must be None or a positive finite number, got {tol!r}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
+
+
 def check_sinkhorn_options(
     blur: float = 0.05,
     scaling: float = 0.9,
@@ -564,7 +594,7 @@ def sinkhorn(
         Stopping tolerance at the final temperature, in units of ``eps``: stop once
         five consecutive iterations each change ``S_eps`` by less than
         ``tol * eps`` (see :func:`scperteval.kernels.sinkhorn.converge`).
-        :data:`~scperteval.kernels.sinkhorn.DEFAULT_TOL` (1e-7) gives values
+        :data:`DEFAULT_TOL` (1e-7) gives values
         within 1e-6 relative of a fully converged solver on real
         perturbation-vs-control pairs (measured: ``benchmarks/bench_sinkhorn.py``), at
         about 15 times the annealing's time (50 times for 2,000-cell populations).
@@ -642,7 +672,7 @@ def sinkhorn(
                 diameter=diameter,
                 tol=tol,
                 max_iter=max_iter,
-                softmin=_torch_softmin(torch),
+                soft_c_transform=_torch_softmin(torch),
             )
     return math.sqrt(2.0 * max(divergence, 0.0))
 
