@@ -87,12 +87,11 @@ class _Pairs:
             stop = start + rows
             yield self.squared(x[start:stop], sq_x[start:stop], y, sq_y)
 
-    def within(self, x: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Pairs ``(square, rest)`` of blocks covering every pair ``i < j`` of rows once.
+    def within(self, x: torch.Tensor) -> Iterator[torch.Tensor]:
+        """Blocks of squared distances covering every pair ``i < j`` of rows once.
 
-        ``square`` holds rows ``start:stop`` against the same rows: only its strict
-        upper triangle belongs to the cover. ``rest`` holds the same rows against the
-        rows after ``stop``, all of which belong to it.
+        Per block of rows: the strict upper triangle of the rows against themselves
+        (flattened), then the rows against all later rows.
         """
         sq = _row_norms(x)
         n = x.shape[0]
@@ -101,7 +100,9 @@ class _Pairs:
             stop = min(start + rows, n)
             block = self.squared(x[start:stop], sq[start:stop], x[start:], sq[start:])
             size = stop - start
-            yield block[:, :size], block[:, size:]
+            upper = torch.ones(size, size, dtype=torch.bool, device=x.device).triu_(1)
+            yield block[:, :size][upper]
+            yield block[:, size:]
 
 
 def _row_norms(points: torch.Tensor) -> torch.Tensor:
@@ -122,13 +123,8 @@ def _prepared(dtype: torch.dtype, *clouds: torch.Tensor) -> list[torch.Tensor]:
 
 def _positive_within(pairs: _Pairs, points: torch.Tensor) -> Iterator[torch.Tensor]:
     """1-D tensors of the positive squared distances over pairs ``i < j``."""
-    upper: torch.Tensor | None = None
-    for square, rest in pairs.within(points):
-        size = square.shape[0]
-        if upper is None or upper.shape[0] != size:
-            upper = torch.ones(size, size, dtype=torch.bool, device=points.device).triu_(1)
-        yield square[upper & (square > 0)]
-        yield rest[rest > 0]
+    for d2 in pairs.within(points):
+        yield d2[d2 > 0]
 
 
 class _TorchOps(ArrayOps):
@@ -181,12 +177,9 @@ class TorchStoredPairs:
 
     def __init__(self, pairs: TorchPairs, x: np.ndarray) -> None:
         points = pairs.tensor(x)
-        blocks: list[torch.Tensor] = []
         with torch.no_grad():
-            for square, rest in pairs.blocks.within(points):
-                upper = torch.ones(square.shape, dtype=torch.bool, device=square.device)
-                blocks.append(square[torch.triu(upper, diagonal=1)])
-                blocks.append(rest.reshape(-1).clone())
+            # Copies, so that no view keeps a whole block alive until the end.
+            blocks = [d2.reshape(-1).clone() for d2 in pairs.blocks.within(points)]
         self._values = torch.cat(blocks) if blocks else points.new_zeros(0)
         self._pairs = pairs
 
@@ -280,14 +273,11 @@ class TorchPairs:
         totals = torch.zeros(len(transforms), dtype=torch.float64, device=self.device)
         with torch.no_grad():
             first = self.tensor(x)
-            if y is None:
-                for square, rest in self.blocks.within(first):
-                    upper = torch.ones(square.shape, dtype=torch.bool, device=square.device)
-                    _add_sums(totals, transforms, square[torch.triu(upper, diagonal=1)])
-                    _add_sums(totals, transforms, rest)
-            else:
-                for block in self.blocks.cross(first, self.tensor(y)):
-                    _add_sums(totals, transforms, block)
+            blocks = (
+                self.blocks.within(first) if y is None else self.blocks.cross(first, self.tensor(y))
+            )
+            for d2 in blocks:
+                _add_sums(totals, transforms, d2)
         return [float(v) for v in totals.tolist()]
 
     def store(self, x: np.ndarray) -> TorchStoredPairs:
