@@ -6,6 +6,7 @@ from scipy import sparse
 from scipy.spatial.distance import pdist
 
 from scperteval.errors import MissingExtraError
+from scperteval.kernels import median as median_module
 from scperteval.kernels import pairs as pairs_module
 from scperteval.kernels.sinkhorn import temperature_schedule
 from scperteval.metrics import (
@@ -232,8 +233,8 @@ def test_median_matches_numpy(seed):
 def test_median_selection_with_small_digits(monkeypatch, digits):
     # Narrow digits make every branch of the radix selection run: straddling buckets,
     # many passes and buckets holding a single bit pattern.
-    monkeypatch.setattr(pairs_module, "_FIRST_DIGIT_BITS", digits[0])
-    monkeypatch.setattr(pairs_module, "_DIGIT_BITS", digits[1])
+    monkeypatch.setattr(median_module, "_FIRST_DIGIT_BITS", digits[0])
+    monkeypatch.setattr(median_module, "_DIGIT_BITS", digits[1])
     rng = np.random.default_rng(sum(digits))
     for trial in range(12):
         z = np.round(rng.normal(size=(int(rng.integers(3, 25)), 2)), trial % 3)

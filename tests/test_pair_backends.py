@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
 
-from scperteval.engine.pairs import pair_backend
+from scperteval.engine.pairs import NumpyPairs, pair_backend
 from scperteval.errors import SpecError
-from scperteval.kernels.pairs import SQRT, NumpyPairs, rbf_transform
+from scperteval.kernels.pairs import SQRT, rbf_transform
 from scperteval.metrics.population import median_pairwise_distance
 
 torch = pytest.importorskip("torch")

@@ -21,12 +21,12 @@ from scperteval.data.dataset import Dataset
 from scperteval.engine.dispatch import CONTROLS, run_protocols, task_count
 from scperteval.engine.engine import Engine
 from scperteval.engine.fastpath import plan_population, population_value
+from scperteval.engine.pairs import NumpyPairs
 from scperteval.engine.protocol import Protocol
 from scperteval.engine.spaces import resolve_space
 from scperteval.engine.views import centering_vector, make_view
 from scperteval.kernels.pairs import (
     SQRT,
-    NumpyPairs,
     StoredPairs,
     pair_sums,
     rbf_transform,

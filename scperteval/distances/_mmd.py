@@ -15,7 +15,8 @@ import numpy as np
 
 from scperteval.distances._base import DISTANCES, Distance, Group
 from scperteval.distances._kernel import PairKernelDistance, check_size, squared_distances
-from scperteval.kernels.pairs import median_distance, pair_sums, rbf_transform
+from scperteval.kernels.median import median_distance
+from scperteval.kernels.pairs import pair_sums, rbf_transform
 
 __all__ = ["MEDIAN_CELLS", "MMD"]
 

@@ -40,7 +40,7 @@ from scperteval.distances._features import ALL, group_cells
 from scperteval.distances._kernel import PairKernelDistance
 from scperteval.distances._mmd import MMD
 from scperteval.errors import DatasetError, SpecError
-from scperteval.kernels.pairs import median_distance
+from scperteval.kernels.median import median_distance
 
 __all__ = ["permutation_test", "permutations"]
 

@@ -1,23 +1,89 @@
 """The pair-sum backend of a run, from its ``device`` and ``precision``.
 
 The population fast path (:mod:`scperteval.engine.fastpath`) asks a
-:class:`~scperteval.kernels.pairs.PairBackend` for its sums over pairs of cells:
-:class:`~scperteval.kernels.pairs.NumpyPairs` (NumPy and numba, the reference) or
-:class:`~scperteval.torch_backend.pairs.TorchPairs` (torch on a CPU or a CUDA
-device). :func:`pair_backend` picks one.
+:class:`PairBackend` for three things: sums of the Euclidean distance and of RBF
+kernels over the pairs of one or two clouds, a sample's stored pairwise distances
+summed at many bandwidths, and the median heuristic. :class:`NumpyPairs` computes
+them with :mod:`scperteval.kernels.pairs` and :mod:`scperteval.kernels.median`, the
+reference; :class:`~scperteval.torch_backend.pairs.TorchPairs` with torch on a CPU
+or a CUDA device. :func:`pair_backend` picks one.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
 
 from scperteval.errors import SpecError
-from scperteval.kernels.pairs import NumpyPairs, PairBackend
+from scperteval.kernels.median import median_distance
+from scperteval.kernels.pairs import PairTransform, StoredPairs, pair_sums
 
-__all__ = ["PRECISIONS", "check_device", "pair_backend"]
+__all__ = ["PRECISIONS", "NumpyPairs", "PairBackend", "check_device", "pair_backend"]
 
 #: Accepted values of ``precision``.
 PRECISIONS = ("float64", "float32")
+
+
+class StoredSums(Protocol):
+    """A cloud's stored pairwise distances: a :class:`~scperteval.kernels.pairs.StoredPairs`."""
+
+    def sums(self, transforms: Sequence[PairTransform]) -> list[float]:
+        """Sums over the pairs ``i < j`` of each transform."""
+        ...  # pragma: no cover
+
+
+class PairBackend(Protocol):
+    """What the population fast path needs from a backend: :class:`NumpyPairs` or torch's."""
+
+    @property
+    def name(self) -> str:
+        """Short description written to ``run.json``."""
+        ...  # pragma: no cover
+
+    def sums(
+        self, x: np.ndarray, y: np.ndarray | None, transforms: Sequence[PairTransform]
+    ) -> list[float]:
+        """Sums over pairs of each transform (see :func:`~scperteval.kernels.pairs.pair_sums`)."""
+        ...  # pragma: no cover
+
+    def store(self, x: np.ndarray) -> StoredSums:
+        """Stored pairwise distances of ``x``."""
+        ...  # pragma: no cover
+
+    def store_nbytes(self, n_points: int) -> int:
+        """Memory a store of ``n_points`` points holds, in bytes."""
+        ...  # pragma: no cover
+
+    def median(self, z: np.ndarray) -> float:
+        """Median of the positive pairwise distances of the rows of ``z``."""
+        ...  # pragma: no cover
+
+
+class NumpyPairs:
+    """The reference backend: NumPy matrix products and numba tile kernels."""
+
+    name = "numpy"
+
+    def sums(
+        self, x: np.ndarray, y: np.ndarray | None, transforms: Sequence[PairTransform]
+    ) -> list[float]:
+        """Sums over pairs of each transform (:func:`~scperteval.kernels.pairs.pair_sums`)."""
+        return pair_sums(x, y, transforms)
+
+    def store(self, x: np.ndarray) -> StoredPairs:
+        """Stored pairwise distances of ``x`` (a :class:`~scperteval.kernels.pairs.StoredPairs`)."""
+        return StoredPairs(x)
+
+    def store_nbytes(self, n_points: int) -> int:
+        """Memory a store of ``n_points`` points holds, in bytes."""
+        return StoredPairs.nbytes_for(n_points)
+
+    def median(self, z: np.ndarray) -> float:
+        """The median heuristic (:func:`~scperteval.kernels.median.median_distance`)."""
+        return median_distance(z)
 
 
 def check_device(device: str | None, precision: str = "float64") -> None:

@@ -28,12 +28,12 @@ import numpy as np
 import numpy.typing as npt
 
 from scperteval.errors import MissingExtraError
+from scperteval.kernels.median import median_distance
 from scperteval.kernels.pairs import (
     DEFAULT_BLOCK_BYTES,
     SQRT,
     centred,
     check_bandwidth,
-    median_distance,
     pair_sums,
     rbf_transform,
     single_threaded_blas,
@@ -233,7 +233,7 @@ def median_pairwise_distance(
     the two middle values). Coinciding points are left out because sparse expression
     data often hold many identical cells (all zero in a top-k gene space), which would
     otherwise drive the median, and with it an RBF bandwidth, to zero. Exact, in
-    bounded memory (:func:`scperteval.kernels.pairs.median_distance`).
+    bounded memory (:func:`scperteval.kernels.median.median_distance`).
 
     Parameters
     ----------

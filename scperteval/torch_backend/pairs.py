@@ -1,7 +1,7 @@
 """Sums over pairs of cells with torch, on a CPU or a CUDA device.
 
 The torch counterpart of :mod:`scperteval.kernels.pairs`, with the same interface
-(:class:`TorchPairs` is a :class:`~scperteval.kernels.pairs.PairBackend`): sums of
+(:class:`TorchPairs` is a :class:`~scperteval.engine.pairs.PairBackend`): sums of
 the Euclidean distance and of RBF kernels over the pairs of one or two point
 clouds, the same sums over a stored sample's pairs at many bandwidths, and the
 median heuristic. The population metrics of :mod:`scperteval.torch_backend.population`
@@ -26,13 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from scperteval.kernels.pairs import (
-    DEFAULT_BLOCK_BYTES,
-    ArrayOps,
-    PairTransform,
-    check_transforms,
-    median_of_positive,
-)
+from scperteval.kernels.median import ArrayOps, median_of_positive
+from scperteval.kernels.pairs import DEFAULT_BLOCK_BYTES, PairTransform, check_transforms
 from scperteval.torch_backend._common import DeviceLike, resolve_device, resolve_dtype
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "TorchPairs", "TorchStoredPairs"]
@@ -291,7 +286,7 @@ class TorchPairs:
     def median(self, z: Any) -> float:
         """Median of the positive pairwise distances of the rows of ``z``.
 
-        The definition of :func:`scperteval.kernels.pairs.median_distance`; ``z`` is a
+        The definition of :func:`scperteval.kernels.median.median_distance`; ``z`` is a
         float64 array, or a float64 tensor on the device, shifted here.
         """
         if isinstance(z, torch.Tensor):
