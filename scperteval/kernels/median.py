@@ -35,6 +35,11 @@ _FIRST_DIGIT_BITS = 20
 _DIGIT_BITS = 16
 
 
+# The selection reads the squared distances in row blocks of its own rather than in the
+# tiles of ``pair_sums``: matrix products of other shapes may round differently in the
+# last bit, and the median, hence every median-heuristic bandwidth, would change.
+
+
 def _rows_per_block(n_columns: int, max_block_bytes: int) -> int:
     per_row = 8 * _ARRAYS_PER_BLOCK * max(n_columns, 1)
     return max(1, int(max_block_bytes) // per_row)
