@@ -79,17 +79,10 @@ def _within_pairs(x: Float64Array, max_block_bytes: int) -> Iterator[Float64Arra
 def median_distance(z: Float64Array, *, max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> float:
     """Median of the positive Euclidean distances between the rows of ``z``.
 
-    The median is over unordered pairs ``i < j`` whose points differ
-    (``||z_i - z_j|| > 0``), with NumPy's convention for an even count (the mean of
-    the two middle values). Coinciding points are left out because sparse expression
-    data often hold many identical cells (all zero in a top-k gene space), which would
-    otherwise drive the median, and with it an RBF bandwidth, to zero.
-
-    The result is exact, and found without holding all pairs in memory: when the
-    positive distances exceed the ``max_block_bytes`` budget, a radix selection on the
-    bit patterns of the squared distances (monotone in the value for positive floats)
-    narrows down the values holding the median, one pass over the blocks per digit,
-    until they fit; usually two passes in all.
+    The median heuristic of
+    :func:`scperteval.metrics.population.median_pairwise_distance` (pairs ``i < j``
+    of points that differ; the mean of the two middle values for an even count),
+    exact and in bounded memory (:func:`median_of_positive`).
 
     Parameters
     ----------
