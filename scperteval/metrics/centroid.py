@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from scperteval.metrics._common import as_vector_pair
 from scperteval.metrics._registry import METRICS
+from scperteval.metrics.common import as_vector_pair
 from scperteval.metrics.metric_context import PerturbationContext
 
 __all__ = [

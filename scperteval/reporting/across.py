@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from scperteval.reporting._format import MISSING, significant
+from scperteval.reporting.formatting import MISSING, significant
 from scperteval.reporting.tables import latex_escape, markdown_escape
 from scperteval.runinfo import write_atomic
 

@@ -6,7 +6,7 @@ import re
 from types import MappingProxyType
 from typing import Any
 
-from scperteval.reporting._format import (
+from scperteval.reporting.formatting import (
     DAGGER,
     MISSING,
     TEXT_COLUMNS,
