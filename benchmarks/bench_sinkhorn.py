@@ -167,6 +167,7 @@ def main() -> None:
     parser.add_argument("--venv", default=str(DEFAULT_VENV))
     args = parser.parse_args()
     from scperteval.kernels.sinkhorn import debiased_sinkhorn
+    from scperteval.metrics.population import DEFAULT_MAX_ITER
 
     python = ensure_pot(Path(args.venv))
     for protocol in PROTOCOLS:
@@ -174,7 +175,15 @@ def main() -> None:
 
         def run(tol, pairs=pairs):
             return [
-                debiased_sinkhorn(p["x"], p["y"], p["blur"], p["scaling"], p["diameter"], tol=tol)
+                debiased_sinkhorn(
+                    p["x"],
+                    p["y"],
+                    p["blur"],
+                    p["scaling"],
+                    p["diameter"],
+                    tol=tol,
+                    max_iter=DEFAULT_MAX_ITER,
+                )
                 for p in pairs
             ]
 

@@ -1,8 +1,19 @@
-"""The package's import graph: no cycles, and no import from a lower layer to a higher one.
+"""The package's import graph: no cycles, no import from a lower layer to a higher one,
+and no import of another package's private names.
 
 Every ``import`` statement counts, wherever it stands: at module level, inside a
 function, or under ``if TYPE_CHECKING``. A module may import its own layer and
 the layers below it.
+
+A name or module whose name starts with an underscore (``_common``, ``_centred``)
+is private to the package that holds it: only modules of that package and of its
+subpackages may import it. ``scperteval.metrics._common`` may be imported by
+``scperteval.metrics.population`` but not by ``scperteval.engine.spaces``; a private
+name of ``scperteval.kernels.rbf`` by ``scperteval.kernels.sinkhorn`` but not by
+``scperteval.metrics``. The root package's private modules (``scperteval._version``,
+``scperteval._memo``, ``scperteval._malloc``) are therefore the foundation every
+module may use, as every module lies in the root package. Other libraries' private
+names are never imported.
 """
 
 from __future__ import annotations
@@ -58,32 +69,38 @@ def package_modules(root: Path = PACKAGE_ROOT) -> dict[str, Path]:
     return {module_name(path, root): path for path in sorted(root.rglob("*.py"))}
 
 
-def imported_modules(own: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The modules of ``modules`` that module ``own`` (at ``path``) imports anywhere."""
+def imported_names(own: str, path: Path) -> list[tuple[str, str]]:
+    """``(stem, dotted name)`` of everything module ``own`` (at ``path``) imports anywhere.
+
+    ``import a.b`` gives ``("a.b", "a.b")``; ``from a.b import c`` gives
+    ``("a.b", "a.b.c")``, relative imports resolved.
+    """
     package = own if path.name == "__init__.py" else own.rpartition(".")[0]
-    found: set[str] = set()
+    names: list[tuple[str, str]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
+            names.extend((alias.name, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 stem = ".".join(base + ([node.module] if node.module else []))
             else:
                 stem = node.module or ""
-            # ``from package import module`` imports the module; otherwise the stem.
-            targets = [
-                f"{stem}.{alias.name}" if f"{stem}.{alias.name}" in modules else stem
-                for alias in node.names
-            ]
-        else:
-            continue
-        for target in targets:
-            # ``import a.b.c`` imports the packages above it too; the deepest known one counts.
-            while target and target not in modules:
-                target = target.rpartition(".")[0]
-            if target and target != own:
-                found.add(target)
+            names.extend((stem, f"{stem}.{alias.name}") for alias in node.names)
+    return names
+
+
+def imported_modules(own: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules of ``modules`` that module ``own`` (at ``path``) imports anywhere."""
+    found: set[str] = set()
+    for stem, name in imported_names(own, path):
+        # ``from package import module`` imports the module; otherwise the stem.
+        target = name if name in modules else stem
+        # ``import a.b.c`` imports the packages above it too; the deepest known one counts.
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target != own:
+            found.add(target)
     return found
 
 
@@ -140,6 +157,30 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     return problems
 
 
+def private_imports(root: Path = PACKAGE_ROOT) -> list[str]:
+    """Imports of a private name or module from outside the package that holds it."""
+    modules = package_modules(root)
+    packages = {name for name, path in modules.items() if path.name == "__init__.py"}
+    problems = []
+    for own, path in sorted(modules.items()):
+        for _, name in imported_names(own, path):
+            parts = name.split(".")
+            private = [i for i, part in enumerate(parts) if part.startswith("_")]
+            private = [i for i in private if not parts[i].startswith("__")]
+            if not private:
+                continue
+            holder = ".".join(parts[: private[0]])
+            if parts[0] != root.name:
+                problems.append(f"{own} imports {name}, private to another library")
+                continue
+            # The holder is a module or a package; a module's names belong to its package.
+            while holder not in packages and "." in holder:
+                holder = holder.rpartition(".")[0]
+            if own != holder and not own.startswith(holder + "."):
+                problems.append(f"{own} imports {name}, private to {holder}")
+    return problems
+
+
 def test_every_module_belongs_to_a_layer() -> None:
     unplaced = [name for name in package_modules() if layer_of(name) < 0]
     assert unplaced == []
@@ -151,6 +192,10 @@ def test_no_import_cycles() -> None:
 
 def test_no_import_from_a_lower_layer_to_a_higher_one() -> None:
     assert upward_imports(import_graph()) == []
+
+
+def test_no_import_of_another_packages_private_names() -> None:
+    assert private_imports() == []
 
 
 def test_top_level_holds_few_modules() -> None:
@@ -202,6 +247,37 @@ def test_the_walk_sees_type_only_and_function_level_imports(tmp_path: Path) -> N
     problems = upward_imports(graph)
     assert "scperteval.data.dataset (data) imports scperteval.context (context)" in problems
     assert "scperteval.data.dataset (data) imports scperteval.engine.engine (engine)" in problems
+
+
+def test_the_private_check_knows_whose_names_are_whose(tmp_path: Path) -> None:
+    files = {
+        "scperteval/__init__.py": "from scperteval._memo import memo\n",
+        "scperteval/_memo.py": "",
+        "scperteval/metrics/__init__.py": "from . import _common\n",
+        "scperteval/metrics/_common.py": "",
+        "scperteval/metrics/population.py": (
+            "from scperteval.metrics._common import _check\nfrom scperteval._memo import memo\n"
+        ),
+        "scperteval/metrics/sub/__init__.py": "from scperteval.metrics.population import _x\n",
+        "scperteval/engine/__init__.py": "",
+        "scperteval/engine/spaces.py": (
+            "from scperteval.metrics._common import Degenerate\n"
+            "from scperteval.metrics import population\n"
+            "def f():\n    from scperteval.metrics.population import _centred\n"
+            "    import numpy._core\n"
+        ),
+    }
+    for relative, text in files.items():
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert private_imports(tmp_path / "scperteval") == [
+        "scperteval.engine.spaces imports scperteval.metrics._common.Degenerate, "
+        "private to scperteval.metrics",
+        "scperteval.engine.spaces imports scperteval.metrics.population._centred, "
+        "private to scperteval.metrics",
+        "scperteval.engine.spaces imports numpy._core, private to another library",
+    ]
 
 
 @pytest.mark.parametrize(

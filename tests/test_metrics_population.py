@@ -6,6 +6,8 @@ from scipy import sparse
 from scipy.spatial.distance import pdist
 
 from scperteval.errors import MissingExtraError
+from scperteval.kernels import median as median_module
+from scperteval.kernels import pairs as pairs_module
 from scperteval.kernels.sinkhorn import temperature_schedule
 from scperteval.metrics import (
     DegenerateInput,
@@ -21,7 +23,6 @@ from scperteval.metrics import (
     within_distance_sum,
     within_kernel_sum,
 )
-from scperteval.metrics import population as population_module
 
 
 def clouds(seed, n=17, m=13, dim=4, shift=0.5):
@@ -172,7 +173,7 @@ def test_coinciding_cells_are_exactly_zero_apart():
 # ------------------------------------------------------------------- building blocks
 
 
-@pytest.mark.parametrize("block", [64, 1000, population_module.DEFAULT_BLOCK_BYTES])
+@pytest.mark.parametrize("block", [64, 1000, pairs_module.DEFAULT_BLOCK_BYTES])
 def test_building_blocks_do_not_depend_on_block_size(block):
     x, y = clouds(12, n=23, m=19)
     assert distance_sum(x, y, max_block_bytes=block) == pytest.approx(
@@ -232,8 +233,8 @@ def test_median_matches_numpy(seed):
 def test_median_selection_with_small_digits(monkeypatch, digits):
     # Narrow digits make every branch of the radix selection run: straddling buckets,
     # many passes and buckets holding a single bit pattern.
-    monkeypatch.setattr(population_module, "_FIRST_DIGIT_BITS", digits[0])
-    monkeypatch.setattr(population_module, "_DIGIT_BITS", digits[1])
+    monkeypatch.setattr(median_module, "_FIRST_DIGIT_BITS", digits[0])
+    monkeypatch.setattr(median_module, "_DIGIT_BITS", digits[1])
     rng = np.random.default_rng(sum(digits))
     for trial in range(12):
         z = np.round(rng.normal(size=(int(rng.integers(3, 25)), 2)), trial % 3)

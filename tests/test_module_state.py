@@ -43,6 +43,8 @@ FREEZING_CALLS["frozenset"] = (ast.Set, ast.List, ast.SetComp, ast.GeneratorExp)
 #: import; runs only read them. A user may register an entry of their own, before a
 #: run, as an extension of the package: that is configuration, not a run's state.
 REGISTRY_CALLS = frozenset({"Registry"})
+#: ``numba.njit(...)(function)`` compiles a function at import, as the decorator does on a def.
+COMPILING_CALLS = frozenset({"numba.njit"})
 #: Module-level arrays built by a call of the module's own, checked below to be read-only.
 FROZEN_ARRAYS = frozenset(
     {
@@ -67,6 +69,8 @@ def _mutable(value: ast.expr) -> bool:
     if isinstance(value, ast.Call):
         name = _called(value)
         if name in REGISTRY_CALLS:
+            return False
+        if isinstance(value.func, ast.Call) and _called(value.func) in COMPILING_CALLS:
             return False
         if name not in IMMUTABLE_CALLS:
             return True
@@ -161,6 +165,8 @@ def test_the_scan_finds_each_kind_of_state(tmp_path: Path) -> None:
         "NESTED = MappingProxyType({'a': [1]})\n"
         "KINDS = frozenset({'x'})\n"
         "PATTERN = re.compile('x')\n"
+        "COMPILED = numba.njit(inline='always')(len)\n"
+        "BUILT = make_table()(len)\n"
         "COUNT = 0\n"
         "COUNT += 1\n"
         "class Holder:\n    cache = {}\n    name = 'x'\n"
@@ -177,6 +183,7 @@ def test_the_scan_finds_each_kind_of_state(tmp_path: Path) -> None:
         "NAMES:",
         "SEEN",
         "NESTED",
+        "BUILT",
         "COUNT",
         "cache",
         "cache",

@@ -10,7 +10,8 @@ from scipy.spatial.distance import cdist
 
 from scperteval.engine.pairs import NumpyPairs, pair_backend
 from scperteval.errors import SpecError
-from scperteval.metrics.population import SQRT, median_pairwise_distance, rbf_transform
+from scperteval.kernels.pairs import SQRT, rbf_transform
+from scperteval.metrics.population import median_pairwise_distance
 
 torch = pytest.importorskip("torch")
 

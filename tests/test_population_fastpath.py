@@ -25,13 +25,13 @@ from scperteval.engine.pairs import NumpyPairs
 from scperteval.engine.protocol import Protocol
 from scperteval.engine.spaces import resolve_space
 from scperteval.engine.views import centering_vector, make_view
-from scperteval.metrics import PerturbationContext, population
-from scperteval.metrics.population import (
+from scperteval.kernels.pairs import (
     SQRT,
     StoredPairs,
     pair_sums,
     rbf_transform,
 )
+from scperteval.metrics import PerturbationContext, population
 from scperteval.simulation import simulate
 
 SEED = 2

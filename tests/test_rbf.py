@@ -63,7 +63,7 @@ def test_a_known_upper_bound_changes_no_sum(spread, offset):
 
 
 def test_pair_tiles_bound_every_squared_distance():
-    from scperteval.metrics.population import _pair_tiles
+    from scperteval.kernels.pairs import _pair_tiles
 
     rng = np.random.default_rng(5)
     x = rng.normal(size=(300, 7)) * rng.uniform(0.1, 30, size=(300, 1))

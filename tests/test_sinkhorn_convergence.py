@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from scperteval.kernels.sinkhorn_loop import DEFAULT_TOL
 from scperteval.metrics import PerturbationContext
-from scperteval.metrics.population import sinkhorn
+from scperteval.metrics.population import DEFAULT_TOL, sinkhorn
 
 
 def _c_transform(cost, log_weights, potential, eps):

@@ -11,11 +11,12 @@ from scipy.special import logsumexp
 from scperteval.kernels.distances import zero_through_diagonal
 from scperteval.kernels.rbf import _exponentials, _largest
 from scperteval.kernels.sinkhorn import (
-    _annealing,
-    _half_squared_distances,
-    _softmin,
+    _compiled_annealing,
+    anneal,
+    half_squared_distances,
+    softmin,
+    temperature_schedule,
 )
-from scperteval.kernels.sinkhorn_loop import anneal, temperature_schedule
 
 
 @pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 16, 17, 1001])
@@ -65,11 +66,11 @@ def test_exponentials_round_the_argument_once():
 def test_softmin_is_the_log_sum_exp():
     rng = np.random.default_rng(3)
     x, y = rng.standard_normal((23, 5)), rng.standard_normal((41, 5)) * 2.0
-    cost = _half_squared_distances(x, y)
+    cost = half_squared_distances(x, y)
     potential = rng.standard_normal(41)
     for eps in (100.0, 1.0, 0.01):
         expected = -eps * logsumexp(potential[None, :] - cost / eps, axis=1)
-        np.testing.assert_allclose(_softmin(cost, potential, eps), expected, rtol=1e-13)
+        np.testing.assert_allclose(softmin(cost, potential, eps), expected, rtol=1e-13)
 
 
 @pytest.mark.parametrize(("n", "m"), [(1, 1), (9, 30), (120, 75)])
@@ -77,15 +78,15 @@ def test_compiled_annealing_is_the_generic_one(n, m):
     rng = np.random.default_rng(n + m)
     x, y = rng.standard_normal((n, 6)), rng.standard_normal((m, 6)) + 0.4
     costs = (
-        _half_squared_distances(x, y),
-        _half_squared_distances(y, x),
-        _half_squared_distances(x, x),
-        _half_squared_distances(y, y),
+        half_squared_distances(x, y),
+        half_squared_distances(y, x),
+        half_squared_distances(x, x),
+        half_squared_distances(y, y),
     )
     log_weights = (np.full(n, math.log(1.0 / n)), np.full(m, math.log(1.0 / m)))
     temperatures = temperature_schedule(8.0, 0.05, 0.8)
-    compiled = _annealing(costs, log_weights, temperatures)
-    generic = anneal(_softmin, costs, log_weights, temperatures)
+    compiled = _compiled_annealing(costs, log_weights, temperatures)
+    generic = anneal(softmin, costs, log_weights, temperatures)
     for got, expected in zip(compiled, generic, strict=True):
         np.testing.assert_array_equal(got, expected)
 
@@ -102,7 +103,7 @@ def test_zero_through_diagonal_matches_the_mask(offset):
 
 @pytest.mark.parametrize("n_points", [1, 50, 700])
 def test_stored_pairs_sum_like_pair_sums_within_their_estimate(n_points):
-    from scperteval.metrics.population import SQRT, StoredPairs, pair_sums, rbf_transform
+    from scperteval.kernels.pairs import SQRT, StoredPairs, pair_sums, rbf_transform
 
     rng = np.random.default_rng(n_points)
     x = rng.standard_normal((n_points, 4))

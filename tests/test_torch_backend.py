@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from scperteval.metrics import PerturbationContext, weighted_mse, weighted_r2  # noqa: E402
 from scperteval.metrics import population as reference  # noqa: E402
-from scperteval.metrics._common import DegenerateInput  # noqa: E402
+from scperteval.metrics.common import DegenerateInput  # noqa: E402
 from scperteval.torch_backend import (  # noqa: E402
     DEGWeights,
     DeviceUnavailable,
@@ -232,7 +232,7 @@ def test_float32_within_documented_tolerance():
     # Exact duplicates stay at distance 0 in float32; the energy distance of a cloud
     # to itself is then within the documented bound of 0 (the sums over i < j and
     # over all ordered pairs may round differently).
-    from scperteval.torch_backend.population import _Pairs, _prepared, _row_norms
+    from scperteval.torch_backend.pairs import _Pairs, _prepared, _row_norms
 
     dup = np.vstack([x[:10]] * 3)
     (cloud,) = _prepared(F32, torch.tensor(dup))

@@ -140,9 +140,14 @@ def _check_data(adata: Any, args: argparse.Namespace, subset: dict[str, Any]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Run ``scperteval distances``."""
-    from scperteval.distances import bootstrap, onesided, pairwise, permutation_test
-    from scperteval.distances._api import distance_input
-    from scperteval.distances._figures import distance_figure
+    from scperteval.distances import (
+        bootstrap,
+        distance_figure,
+        distance_input,
+        onesided,
+        pairwise,
+        permutation_test,
+    )
     from scperteval.runinfo import write_atomic, write_run_json
 
     checked = _check_options(args)

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 # The distance modules register their distances when imported.
 from scperteval.distances import _kernel, _means, _mmd, _models, _perfeature  # noqa: F401
-from scperteval.distances._api import onesided, pairwise
+from scperteval.distances._api import distance_input, onesided, pairwise
 from scperteval.distances._base import DISTANCES, Distance, Group, resolve_distance
 from scperteval.distances._bootstrap import bootstrap, bootstrap_draws
 from scperteval.distances._features import GroupedCells, group_cells
+from scperteval.distances._figures import distance_figure
 from scperteval.distances._permutation import permutation_test, permutations
 from scperteval.stats.multiple_testing import CORRECTIONS, adjust
 
@@ -33,6 +34,8 @@ __all__ = [
     "permutations",
     "DISTANCES",
     "Distance",
+    "distance_figure",
+    "distance_input",
     "Group",
     "GroupedCells",
     "group_cells",

@@ -21,8 +21,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scperteval.data.dataset import normalize_log1p
-from scperteval.engine._pca import principal_axes
-from scperteval.engine.spaces import parse_cells_space, top_indices
+from scperteval.engine.spaces import parse_cells_space, principal_axes, top_indices
 from scperteval.errors import DatasetError, SpecError
 from scperteval.registry import did_you_mean
 

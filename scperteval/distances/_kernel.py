@@ -6,25 +6,25 @@ group (diagonal included), with the diagonal sums ``D_x = sum_i k(x_i, x_i)`` ke
 apart for the unbiased estimators. Energy distances and the mean pairwise distance
 use ``k = ||a - b||``, MMD a kernel. The within sums are computed once per group
 and reused by every pair that group is in; the sums over pairs are formed in
-cache-sized tiles (:func:`scperteval.metrics.population.pair_sums`), so no cells x
+cache-sized tiles (:func:`scperteval.kernels.pairs.pair_sums`), so no cells x
 cells matrix is ever held. :class:`PairKernelDistance` also gives the pooled matrix
 of ``k`` for the permutation test, which reuses it across permutations.
 """
 
 from __future__ import annotations
 
-import math
 from abc import abstractmethod
 
 import numpy as np
 
 from scperteval.distances._base import DISTANCES, Distance, Group
 from scperteval.errors import DatasetError
-from scperteval.kernels.sinkhorn_loop import DEFAULT_MAX_ITER, check_stopping
+from scperteval.kernels.pairs import SQRT, pair_sums
 from scperteval.kernels.threads import Threads
 from scperteval.metrics.population import (
-    SQRT,
-    pair_sums,
+    DEFAULT_MAX_ITER,
+    check_sinkhorn_options,
+    energy_distance_from_sums,
     sinkhorn,
 )
 
@@ -237,9 +237,7 @@ class EnergyDistance(PairKernelDistance):
         m: int,
     ) -> float:
         """``2 S_xy / (n m) - S_xx / n_x - S_yy / n_y`` with U or V denominators."""
-        if self.unbiased:
-            return 2.0 * cross / (n * m) - within_x / (n * (n - 1)) - within_y / (m * (m - 1))
-        return 2.0 * cross / (n * m) - within_x / (n * n) - within_y / (m * m)
+        return energy_distance_from_sums(cross, within_x, within_y, n, m, unbiased=self.unbiased)
 
 
 class MeanPairwise(EnergyDistance):
@@ -280,14 +278,10 @@ class Wasserstein(Distance):
         tol: float | None = None,
         max_iter: int = DEFAULT_MAX_ITER,
     ) -> None:
+        check_sinkhorn_options(blur, scaling, "tensorized", tol, max_iter)
         self.name = "wasserstein"
         self.blur = float(blur)
         self.scaling = float(scaling)
-        if not (math.isfinite(self.blur) and self.blur > 0):
-            raise ValueError(f"blur must be positive, got {blur!r}")
-        if not 0 < self.scaling < 1:
-            raise ValueError(f"scaling must lie in (0, 1), got {scaling!r}")
-        check_stopping(tol, max_iter)
         self.tol = tol
         self.max_iter = int(max_iter)
 

@@ -1,7 +1,7 @@
 """Maximum mean discrepancy between two groups: RBF, linear and polynomial kernels.
 
 The kernel sums are the block sums of :mod:`scperteval.distances._kernel`; the RBF
-ones are formed in tiles by :func:`scperteval.metrics.population.pair_sums`, the
+ones are formed in tiles by :func:`scperteval.kernels.pairs.pair_sums`, the
 linear ones from the groups' sums exactly, the polynomial ones in tiles here.
 """
 
@@ -15,7 +15,8 @@ import numpy as np
 
 from scperteval.distances._base import DISTANCES, Distance, Group
 from scperteval.distances._kernel import PairKernelDistance, check_size, squared_distances
-from scperteval.metrics.population import median_pairwise_distance, pair_sums, rbf_transform
+from scperteval.kernels.median import median_distance
+from scperteval.kernels.pairs import pair_sums, rbf_transform
 
 __all__ = ["MEDIAN_CELLS", "MMD"]
 
@@ -91,7 +92,7 @@ class MMD(PairKernelDistance):
             rng = np.random.default_rng(_MEDIAN_SEED)
             pooled = pooled[np.sort(rng.choice(pooled.shape[0], MEDIAN_CELLS, replace=False))]
         fitted = copy.copy(self)
-        fitted.bandwidth = median_pairwise_distance(pooled, threads=self.threads) or 1.0
+        fitted.bandwidth = median_distance(pooled, threads=self.threads) or 1.0
         return fitted
 
     def batched(self) -> bool:
@@ -162,7 +163,7 @@ class MMD(PairKernelDistance):
         if self.bandwidth != "pair_median":
             return self._sigma()
         pooled = x.centred if y is None else np.vstack([x.centred, y.centred])
-        return median_pairwise_distance(pooled, threads=self.threads) or 1.0
+        return median_distance(pooled, threads=self.threads) or 1.0
 
     def prepare(self, group: Group) -> None:
         """Cache the within sums (not for ``"pair_median"``, whose kernel is per pair)."""
@@ -175,7 +176,7 @@ class MMD(PairKernelDistance):
             return super().between(x, y)
         check_size(self, x, y)
         pooled = np.vstack([x.centred, y.centred])
-        sigma = median_pairwise_distance(pooled, threads=self.threads) or 1.0
+        sigma = median_distance(pooled, threads=self.threads) or 1.0
         fixed = copy.copy(self)
         fixed.bandwidth = sigma
         return fixed.between(Group(x.cells, x.shift), Group(y.cells, y.shift))

@@ -39,7 +39,7 @@ from scperteval.distances._features import ALL, group_cells
 from scperteval.distances._kernel import PairKernelDistance
 from scperteval.distances._mmd import MMD
 from scperteval.errors import DatasetError, SpecError
-from scperteval.metrics.population import median_pairwise_distance
+from scperteval.kernels.median import median_distance
 from scperteval.stats.multiple_testing import CORRECTIONS, adjust
 
 __all__ = ["permutation_test", "permutations"]
@@ -180,7 +180,7 @@ def _kernel_null(
         # The pooled sample, hence its median, is the same for every relabelling.
         measure = copy.copy(measure)
         pooled = np.vstack([x.centred, y.centred])
-        measure.bandwidth = median_pairwise_distance(pooled, threads=measure.threads) or 1.0
+        measure.bandwidth = median_distance(pooled, threads=measure.threads) or 1.0
         reference_block = None
     sums = _PooledSums(measure, used, max_bytes, reference_block)
     small_is_x = n <= m

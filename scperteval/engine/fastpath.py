@@ -19,7 +19,7 @@ of it:
   for the pairs of its own cells. The distance sum ``W(S)`` is a number; the kernel
   sum depends on the bandwidth, which ``bandwidth='truth'`` sets per perturbation,
   so the sample's pairwise squared distances are kept
-  (:class:`~scperteval.metrics.population.StoredPairs`, about ``4 n^2`` bytes,
+  (:class:`~scperteval.kernels.pairs.StoredPairs`, about ``4 n^2`` bytes,
   within ``Engine.pair_store_bytes``, and never for a sample of more than
   ``Engine.max_population_cells`` cells, whose sums are then taken tile by tile with
   the same values) and each bandwidth costs one pass of
@@ -31,7 +31,7 @@ of it:
   be shared between perturbations (truth x candidate, truth x truth, the candidate's
   own pairs where no leave-one-out step applies, and that step's pairs of the left-out
   cells) are shared between the protocols: the first to run computes every planned
-  transform of them in one pass (:func:`~scperteval.metrics.population.pair_sums`),
+  transform of them in one pass (:func:`~scperteval.kernels.pairs.pair_sums`),
   and each value is bit for bit the one computed alone. The run gives a
   perturbation's protocols of one space to one task, so that no thread waits for
   another's pass.
@@ -52,18 +52,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scperteval.engine.views import make_view, space_is_shared
+from scperteval.kernels.pairs import SQRT, PairTransform, centred, check_bandwidth, rbf_transform
 from scperteval.metrics.population import (
-    SQRT,
-    PairTransform,
-    _centred,
-    _check_bandwidth,
-    _check_sizes,
-    _cloud_pair,
+    check_sizes,
+    cloud_pair,
     energy_distance,
     energy_distance_from_sums,
     mmd,
     mmd_from_sums,
-    rbf_transform,
 )
 
 if TYPE_CHECKING:
@@ -116,7 +112,7 @@ def _planned(spec: _PairMetric) -> _Planned | None:
     if spec.bandwidth == "truth":
         return "truth"
     try:
-        return _check_bandwidth(spec.bandwidth)
+        return check_bandwidth(spec.bandwidth)
     except (TypeError, ValueError):
         return None
 
@@ -192,8 +188,8 @@ def population_value(
     if spec is None:
         return None
     candidate: Any = make_view(engine, protocol, condition, source, space, reference, view_key)
-    x, y = _cloud_pair(truth_view, candidate)
-    _check_sizes(x.shape[0], y.shape[0], spec.unbiased)
+    x, y = cloud_pair(truth_view, candidate)
+    check_sizes(x.shape[0], y.shape[0], spec.unbiased)
     truth = x
     planned = _planned(spec)
     if planned is None:
@@ -205,124 +201,111 @@ def population_value(
         key = ("truth_bandwidth", engine.pairs.name, condition, protocol.space, protocol.centering)
         return engine.memo(key, lambda: engine.pairs.median(truth) or 1.0)
 
-    transform = _transform(planned, truth_bandwidth)
-    x, y = _centred(x, y)
-    pair_key = (engine.pairs.name, condition, protocol.space, protocol.centering, cache_key)
-    cross = _shared_sums(engine, protocol, truth_bandwidth, transform, ("cross", *pair_key), x, y)
-    within_x = 2.0 * _shared_sums(
-        engine, protocol, truth_bandwidth, transform, ("truth_within", *pair_key), x, None
-    )
-    within_y = 2.0 * _candidate_within(
+    pairs = _CandidateSums(
         engine,
         protocol,
         condition,
-        space,
-        source,
-        truth_bandwidth,
-        y,
         planned,
-        transform,
+        _transform(planned, truth_bandwidth),
+        truth_bandwidth,
         cache_key,
     )
+    x, y = centred(x, y)
+    cross = pairs.shared("cross", x, y)
+    within_x = 2.0 * pairs.shared("truth_within", x, None)
+    within_y = 2.0 * pairs.candidate_within(space, source, y)
     n, m = x.shape[0], y.shape[0]
     if spec.kind == "energy":
         return energy_distance_from_sums(cross, within_x, within_y, n, m, unbiased=spec.unbiased)
     return mmd_from_sums(cross, within_x, within_y, n, m, unbiased=spec.unbiased)
 
 
-def _candidate_within(
-    engine: Engine,
-    protocol: Protocol,
-    condition: int,
-    space: FeatureMap,
-    source: SourceData,
-    truth_bandwidth: Callable[[], float],
-    y: np.ndarray,
-    planned: _Planned,
-    transform: PairTransform,
-    cache_key: Hashable | None,
-) -> float:
-    """Sum of ``transform`` over the unordered pairs of the candidate's cells ``y``."""
-    shared = space_is_shared(protocol.space)
-    if shared and source.sample is not None:
-        covariate, index = source.sample
-        sample_size = engine.perturbed_sample(covariate)[0].size
-        if sample_size - index.size <= _LOO_FRACTION * index.size:
-            value = _leave_out_within(
-                engine,
-                protocol,
-                (condition, covariate, space, index, cache_key),
-                planned,
-                transform,
-                truth_bandwidth,
+@dataclass(frozen=True)
+class _CandidateSums:
+    """The sums over pairs of one protocol's value for one candidate, and their sharing."""
+
+    engine: Engine
+    protocol: Protocol
+    condition: int
+    planned: _Planned
+    transform: PairTransform
+    truth_bandwidth: Callable[[], float]
+    #: The candidate's cache key (see :func:`population_value`); ``None``: not shared.
+    cache_key: Hashable | None
+
+    def shared(self, name: str, x: np.ndarray, y: np.ndarray | None) -> float:
+        """Sum of the transform over the pairs of ``x`` and ``y`` (``y=None``: within ``x``).
+
+        When other planned protocols on the same space ask for other transforms of
+        the same pairs (named ``name``), the first computes all of them in one pass
+        and the rest read theirs.
+        """
+        engine, protocol = self.engine, self.protocol
+        if self.cache_key is not None:
+            wanted = engine.pair_plan.get(protocol.space, frozenset())
+            transforms = sorted(
+                {_transform(p, self.truth_bandwidth) for p in wanted} | {self.transform}
             )
-            if value is not None:
-                return value
-    key = ("pair_within", engine.pairs.name, condition, protocol.space, protocol.centering)
-    return _shared_sums(engine, protocol, truth_bandwidth, transform, (*key, cache_key), y, None)
+            if len(transforms) > 1:
+                key = (name, engine.pairs.name, self.condition, protocol.space)
+                sums = engine.memo(
+                    (*key, protocol.centering, self.cache_key),
+                    lambda: dict(zip(transforms, engine.pairs.sums(x, y, transforms), strict=True)),
+                )
+                if self.transform in sums:
+                    return float(sums[self.transform])
+        return float(engine.pairs.sums(x, y, [self.transform])[0])
 
+    def candidate_within(self, space: FeatureMap, source: SourceData, y: np.ndarray) -> float:
+        """Sum of the transform over the unordered pairs of the candidate's cells ``y``."""
+        if space_is_shared(self.protocol.space) and source.sample is not None:
+            covariate, index = source.sample
+            sample_size = self.engine.perturbed_sample(covariate)[0].size
+            if sample_size - index.size <= _LOO_FRACTION * index.size:
+                value = self.leave_out_within(covariate, space, index)
+                if value is not None:
+                    return value
+        return self.shared("pair_within", y, None)
 
-def _shared_sums(
-    engine: Engine,
-    protocol: Protocol,
-    truth_bandwidth: Callable[[], float],
-    transform: PairTransform,
-    key: tuple[Any, ...],
-    x: np.ndarray,
-    y: np.ndarray | None,
-) -> float:
-    """Sum of ``transform`` over the pairs of ``x`` and ``y`` (``y=None``: within ``x``).
+    def leave_out_within(
+        self, covariate: int, space: FeatureMap, index: np.ndarray
+    ) -> float | None:
+        """``W(S[index])`` from the whole sample's ``W(S)``, or ``None`` if not applicable."""
+        base = _centred_sample(self.engine, covariate, space)
+        if base is None:
+            return None
+        left_out = np.ones(base.shape[0], dtype=bool)
+        left_out[index] = False
+        own = base[left_out]
+        total = self.sample_within(covariate, space, base)
+        if own.shape[0] == 0:
+            return total
+        between = self.shared("left_out_between", own, base[index])
+        return total - between - self.shared("left_out_within", own, None)
 
-    When other planned protocols on the same space ask for other transforms of the
-    same pairs, the first computes all of them in one pass and the rest read theirs
-    under ``key``, whose last element is the candidate's cache key (``None``: not
-    shared).
-    """
-    if key[-1] is not None:
-        wanted = engine.pair_plan.get(protocol.space, frozenset())
-        transforms = sorted({_transform(p, truth_bandwidth) for p in wanted} | {transform})
-        if len(transforms) > 1:
-            sums = engine.memo(
-                key,
-                lambda: dict(zip(transforms, engine.pairs.sums(x, y, transforms), strict=True)),
+    def sample_within(self, covariate: int, space: FeatureMap, base: np.ndarray) -> float:
+        """``W(S)`` for the transform: from stored distances, or from one shared pass."""
+        engine, transform = self.engine, self.transform
+        if self.planned == "truth":
+            # A bandwidth per perturbation: keep the distances, if they fit.
+            nbytes = engine.pairs.store_nbytes(base.shape[0])
+            cap = engine.max_population_cells
+            if nbytes > engine.pair_store_bytes or (cap is not None and base.shape[0] > cap):
+                # The tiles give the stored distances' sums exactly, in bounded memory.
+                return engine.pairs.sums(base, None, [transform])[0]
+            store = engine.pair_store(
+                ("sample_pairs", covariate, space.label), lambda: engine.pairs.store(base), nbytes
             )
-            if transform in sums:
-                return float(sums[transform])
-    return float(engine.pairs.sums(x, y, [transform])[0])
-
-
-def _leave_out_within(
-    engine: Engine,
-    protocol: Protocol,
-    candidate: tuple[int, int, FeatureMap, np.ndarray, Hashable | None],
-    planned: _Planned,
-    transform: PairTransform,
-    truth_bandwidth: Callable[[], float],
-) -> float | None:
-    """``W(S[index])`` from the whole sample's ``W(S)``, or ``None`` if not applicable.
-
-    ``candidate`` is the condition, its covariate group, the space, the indices of
-    the candidate's cells in the group's sample and the candidate's cache key.
-    """
-    condition, covariate, space, index, cache_key = candidate
-    base = _centred_sample(engine, covariate, space)
-    if base is None:
-        return None
-    left_out = np.ones(base.shape[0], dtype=bool)
-    left_out[index] = False
-    own = base[left_out]
-    total = _sample_within(engine, protocol, covariate, space, base, planned, transform)
-    if own.shape[0] == 0:
-        return total
-    others = base[index]
-    key = (engine.pairs.name, condition, protocol.space, protocol.centering, cache_key)
-    between = _shared_sums(
-        engine, protocol, truth_bandwidth, transform, ("left_out_between", *key), own, others
-    )
-    among = _shared_sums(
-        engine, protocol, truth_bandwidth, transform, ("left_out_within", *key), own, None
-    )
-    return total - between - among
+            return float(store.sums([transform])[0])
+        wanted = engine.pair_plan.get(self.protocol.space, frozenset())
+        fixed = tuple(
+            sorted({_transform(p, _no_truth) for p in wanted if p != "truth"} | {transform})
+        )
+        key = ("sample_within", engine.pairs.name, covariate, space.label, fixed)
+        sums = engine.memo(
+            key, lambda: dict(zip(fixed, engine.pairs.sums(base, None, fixed), strict=True))
+        )
+        return float(sums[transform])
 
 
 def _centred_sample(engine: Engine, covariate: int, space: FeatureMap) -> np.ndarray | None:
@@ -332,38 +315,8 @@ def _centred_sample(engine: Engine, covariate: int, space: FeatureMap) -> np.nda
         points = np.asarray(engine.sample_points(covariate, space, True), dtype=np.float64)
         if not np.isfinite(points).all():
             return None
-        (centred,) = _centred(points)
-        centred.flags.writeable = False
-        return centred
+        (shifted,) = centred(points)
+        shifted.flags.writeable = False
+        return shifted
 
     return engine.memo(("sample_centred", covariate, space.label), build)
-
-
-def _sample_within(
-    engine: Engine,
-    protocol: Protocol,
-    covariate: int,
-    space: FeatureMap,
-    base: np.ndarray,
-    planned: _Planned,
-    transform: PairTransform,
-) -> float:
-    """``W(S)`` for one transform: from stored distances, or from one shared pass."""
-    if planned == "truth":
-        # A bandwidth per perturbation: keep the distances, if they fit.
-        nbytes = engine.pairs.store_nbytes(base.shape[0])
-        cap = engine.max_population_cells
-        if nbytes > engine.pair_store_bytes or (cap is not None and base.shape[0] > cap):
-            # The tiles give the stored distances' sums exactly, in bounded memory.
-            return engine.pairs.sums(base, None, [transform])[0]
-        store = engine.pair_store(
-            ("sample_pairs", covariate, space.label), lambda: engine.pairs.store(base), nbytes
-        )
-        return float(store.sums([transform])[0])
-    wanted = engine.pair_plan.get(protocol.space, frozenset())
-    fixed = tuple(sorted({_transform(p, _no_truth) for p in wanted if p != "truth"} | {transform}))
-    key = ("sample_within", engine.pairs.name, covariate, space.label, fixed)
-    sums = engine.memo(
-        key, lambda: dict(zip(fixed, engine.pairs.sums(base, None, fixed), strict=True))
-    )
-    return float(sums[transform])

@@ -1,24 +1,26 @@
-"""Where the population fast path computes its sums over pairs of cells.
+"""The pair-sum backend of a run, from its ``device`` and ``precision``.
 
-The fast path (:mod:`scperteval.engine.fastpath`) needs three things: sums of the
-Euclidean distance and of RBF kernels over the pairs of one or two clouds, a
-sample's stored pairwise distances summed at many bandwidths, and the median
-heuristic. :class:`NumpyPairs` computes them with NumPy and numba, the reference;
-:class:`~scperteval.torch_backend.pairs.TorchPairs` with torch on a CPU or a CUDA
-device. :func:`pair_backend` picks one from a run's ``device`` and ``precision``.
+The population fast path (:mod:`scperteval.engine.fastpath`) asks a
+:class:`PairBackend` for three things: sums of the Euclidean distance and of RBF
+kernels over the pairs of one or two clouds, a sample's stored pairwise distances
+summed at many bandwidths, and the median heuristic. :class:`NumpyPairs` computes
+them with :mod:`scperteval.kernels.pairs` and :mod:`scperteval.kernels.median`, the
+reference; :class:`~scperteval.torch_backend.pairs.TorchPairs` with torch on a CPU
+or a CUDA device. :func:`pair_backend` picks one.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from scperteval.errors import SpecError
+from scperteval.kernels.median import median_distance
+from scperteval.kernels.pairs import PairTransform, StoredPairs, pair_sums
 from scperteval.kernels.threads import Threads
-from scperteval.metrics.population import StoredPairs, median_pairwise_distance, pair_sums
 
 __all__ = ["PRECISIONS", "NumpyPairs", "PairBackend", "check_device", "pair_backend"]
 
@@ -27,15 +29,15 @@ PRECISIONS = ("float64", "float32")
 
 
 class StoredSums(Protocol):
-    """A cloud's stored pairwise distances."""
+    """A cloud's stored pairwise distances: a :class:`~scperteval.kernels.pairs.StoredPairs`."""
 
-    def sums(self, transforms: Sequence[tuple[str, float]]) -> list[float]:
+    def sums(self, transforms: Sequence[PairTransform]) -> list[float]:
         """Sums over the pairs ``i < j`` of each transform."""
         ...  # pragma: no cover
 
 
 class PairBackend(Protocol):
-    """What the population fast path needs from a backend."""
+    """What the population fast path needs from a backend: :class:`NumpyPairs` or torch's."""
 
     @property
     def name(self) -> str:
@@ -43,9 +45,9 @@ class PairBackend(Protocol):
         ...  # pragma: no cover
 
     def sums(
-        self, x: np.ndarray, y: np.ndarray | None, transforms: Sequence[tuple[str, float]]
+        self, x: np.ndarray, y: np.ndarray | None, transforms: Sequence[PairTransform]
     ) -> list[float]:
-        """Sums over pairs of each transform (see ``pair_sums``)."""
+        """Sums over pairs of each transform (see :func:`~scperteval.kernels.pairs.pair_sums`)."""
         ...  # pragma: no cover
 
     def store(self, x: np.ndarray) -> StoredSums:
@@ -56,7 +58,7 @@ class PairBackend(Protocol):
         """Memory a store of ``n_points`` points holds, in bytes."""
         ...  # pragma: no cover
 
-    def median(self, z: Any) -> float:
+    def median(self, z: np.ndarray) -> float:
         """Median of the positive pairwise distances of the rows of ``z``."""
         ...  # pragma: no cover
 
@@ -77,22 +79,22 @@ class NumpyPairs:
         self.threads = threads or Threads()
 
     def sums(
-        self, x: np.ndarray, y: np.ndarray | None, transforms: Sequence[tuple[str, float]]
+        self, x: np.ndarray, y: np.ndarray | None, transforms: Sequence[PairTransform]
     ) -> list[float]:
-        """Sums over pairs of each transform (:func:`~scperteval.metrics.population.pair_sums`)."""
+        """Sums over pairs of each transform (:func:`~scperteval.kernels.pairs.pair_sums`)."""
         return pair_sums(x, y, transforms, threads=self.threads)
 
     def store(self, x: np.ndarray) -> StoredPairs:
-        """Stored pairwise distances of ``x`` (a ``StoredPairs``)."""
+        """Stored pairwise distances of ``x`` (a :class:`~scperteval.kernels.pairs.StoredPairs`)."""
         return StoredPairs(x, threads=self.threads)
 
     def store_nbytes(self, n_points: int) -> int:
         """Memory a store of ``n_points`` points holds, in bytes."""
         return StoredPairs.nbytes_for(n_points)
 
-    def median(self, z: Any) -> float:
-        """The median heuristic (``median_pairwise_distance`` of the metrics)."""
-        return median_pairwise_distance(z, threads=self.threads)
+    def median(self, z: np.ndarray) -> float:
+        """The median heuristic (:func:`~scperteval.kernels.median.median_distance`)."""
+        return median_distance(z, threads=self.threads)
 
 
 def check_device(device: str | None, precision: str = "float64") -> None:
@@ -116,9 +118,7 @@ def check_device(device: str | None, precision: str = "float64") -> None:
     if device is not None and not (
         isinstance(device, str) and re.fullmatch(r"cpu|cuda(:\d+)?", device)
     ):
-        raise SpecError(
-            f"unknown device {device!r}; use numpy (the default), cpu, cuda or cuda:N"
-        )
+        raise SpecError(f"unknown device {device!r}; use numpy (the default), cpu, cuda or cuda:N")
     if device is None and precision != "float64":
         raise SpecError("precision='float32' needs a torch device (device='cpu' or 'cuda')")
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from scperteval.context import Context
 from scperteval.data.halves import derive_seed
-from scperteval.metrics._common import DegenerateInput
+from scperteval.metrics import DegenerateInput
 from scperteval.registry import Registry
 from scperteval.stats.groups import GroupStats
 

@@ -9,7 +9,8 @@ cannot serve dataset-scope protocols, which compare perturbations in one space).
 Unions and intersections of gene selections are written ``a | b`` and ``a & b``.
 Metadata ``from_cells=True`` marks spaces fitted from a matrix of cells alone
 (``full``, ``hvg``, ``pca``): the distances layer fits those on any AnnData
-(:func:`parse_cells_space`), with the same names, options and defaults.
+(:func:`parse_cells_space`), with the same names, options and defaults, and the
+same exact PCA (:func:`principal_axes`, re-exported here for it).
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ from scperteval.data.halves import derive_seed
 from scperteval.engine._pca import SampleRows, principal_axes
 from scperteval.engine.featuremap import FeatureMap
 from scperteval.errors import SpecError
-from scperteval.metrics._common import DegenerateInput
+from scperteval.metrics import DegenerateInput
 from scperteval.registry import Registry, parse_spec
 
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
 
-__all__ = ["SPACES", "parse_cells_space", "resolve_space", "top_indices"]
+__all__ = ["SPACES", "parse_cells_space", "principal_axes", "resolve_space", "top_indices"]
 
 SPACES = Registry("space")
 

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from scperteval.metrics._common import DegenerateInput
 from scperteval.metrics._registry import METRICS
+from scperteval.metrics.common import DegenerateInput
 from scperteval.metrics.metric_context import DatasetContext, PerturbationContext
 
 __all__ = [

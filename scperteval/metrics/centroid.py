@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from scperteval.metrics._common import as_vector_pair
 from scperteval.metrics._registry import METRICS
+from scperteval.metrics.common import as_vector_pair
 from scperteval.metrics.metric_context import PerturbationContext
 
 __all__ = [

@@ -50,8 +50,8 @@ import numpy.typing as npt
 from scipy import sparse
 
 from scperteval.errors import MissingExtraError
-from scperteval.metrics._common import DegenerateInput, as_matrix
 from scperteval.metrics._registry import METRICS
+from scperteval.metrics.common import DegenerateInput, as_matrix
 from scperteval.metrics.metric_context import DatasetContext
 
 __all__ = [

@@ -33,8 +33,8 @@ import numpy as np
 import numpy.typing as npt
 
 from scperteval.kernels.threads import Threads
-from scperteval.metrics._common import DegenerateInput, as_matrix
 from scperteval.metrics._registry import METRICS
+from scperteval.metrics.common import DegenerateInput, as_matrix
 from scperteval.metrics.metric_context import DatasetContext
 
 __all__ = [

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from scperteval.metrics._common import DegenerateInput
 from scperteval.metrics._registry import METRICS
+from scperteval.metrics.common import DegenerateInput
 from scperteval.metrics.metric_context import PerturbationContext
 
 __all__ = ["DEView", "de_auprc", "de_auroc", "de_topk_overlap"]

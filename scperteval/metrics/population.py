@@ -4,44 +4,48 @@ Inputs are point clouds: 2-D arrays (cells x features), usually in a reduced spa
 (top-k genes, PCA). Every function has the signature ``f(gt, pred, ctx=None, **options)``
 and returns a float; lower is better and 0 means the two samples are indistinguishable.
 
-Pairwise distances are computed with BLAS as ``||a||^2 + ||b||^2 - 2 a.b`` in float64,
-in tiles whose size is bounded by ``max_block_bytes`` (and small enough to stay in cache
-while a tile is transformed and summed), after shifting both clouds by their pooled mean
-(distances do not change under a common shift, and the expansion loses less precision
-near the origin). Squared distances within ``1e-12 (||a||^2 + ||b||^2)`` of zero are
-rounding noise of the expansion and are set to 0, so coinciding cells are at distance 0
-exactly. Each tile's values are transformed (square root, kernel) and summed while in
-cache; the tile sums are added in a fixed order, so a value never depends on threads.
-The matrix products run on one BLAS thread: with products this thin, more threads cost
-more in waking and waiting than they save (on a busy machine, many times more), and the
-result does not depend on the machine's thread count either.
-
-The building blocks (:func:`distance_sum`, :func:`within_distance_sum`,
-:func:`kernel_sum`, :func:`within_kernel_sum`, :func:`median_pairwise_distance`,
-:func:`energy_distance_from_sums`, :func:`mmd_from_sums`, and below them
-:func:`pair_sums` and :class:`StoredPairs`) let a caller compute the within-sample sums
-of a reference sample once and reuse them for every perturbation
-(:mod:`scperteval.engine.fastpath` does).
+Both clouds are shifted by their pooled mean, and the sums over pairs of cells of
+distances and RBF kernels are taken in tiles by :mod:`scperteval.kernels.pairs`
+(float64, one BLAS thread, a fixed order of additions, so that a value never
+depends on threads or on the machine). The building blocks (:func:`distance_sum`,
+:func:`within_distance_sum`, :func:`kernel_sum`, :func:`within_kernel_sum`,
+:func:`median_pairwise_distance`, :func:`energy_distance_from_sums`,
+:func:`mmd_from_sums`) let a caller compute the within-sample sums of a reference
+sample once and reuse them for every perturbation (:mod:`scperteval.engine.fastpath`
+does).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from scperteval.errors import MissingExtraError
-from scperteval.kernels.sinkhorn_loop import DEFAULT_MAX_ITER, check_stopping
+from scperteval.kernels.median import median_distance
+from scperteval.kernels.pairs import (
+    DEFAULT_BLOCK_BYTES,
+    SQRT,
+    centred,
+    check_bandwidth,
+    pair_sums,
+    rbf_transform,
+)
 from scperteval.kernels.threads import Threads
-from scperteval.metrics._common import DegenerateInput, as_matrix
 from scperteval.metrics._registry import METRICS
+from scperteval.metrics.common import DegenerateInput, as_matrix
 from scperteval.metrics.metric_context import PerturbationContext
 
 __all__ = [
-    "DEFAULT_BLOCK_BYTES",
+    "DEFAULT_MAX_ITER",
+    "DEFAULT_TOL",
+    "check_sinkhorn_options",
+    "check_stopping",
+    "check_sizes",
+    "cloud_pair",
     "energy_distance",
     "mmd",
     "sinkhorn",
@@ -52,308 +56,42 @@ __all__ = [
     "median_pairwise_distance",
     "energy_distance_from_sums",
     "mmd_from_sums",
-    "pair_sums",
-    "rbf_transform",
-    "SQRT",
-    "StoredPairs",
 ]
 
 Float64Array = npt.NDArray[np.float64]
 
-#: Memory bound for one block of pairwise values (and its temporaries), in bytes.
-DEFAULT_BLOCK_BYTES = 64 * 2**20
-
-# Squared distances below this fraction of ||a||^2 + ||b||^2 cannot be told apart from
-# the cancellation error of the BLAS expansion.
-_SNAP_RTOL = 1e-12
-# A tile's computed squared distances exceed (|a| + |b|)^2 by a few units in the last
-# place at most; bounds are widened by far more than that.
-_BOUND_MARGIN = 1.0 + 1e-9
-# Arrays of one block's size alive at once: the block, a temporary and a mask.
-_ARRAYS_PER_BLOCK = 3
-# Values per tile of the summed pairwise terms: a tile, its transform and a mask fit
-# in cache together (2 MiB per float64 array).
-_TILE_ELEMENTS = 1 << 18
-_TILE_COLUMNS = 2048
-# Bits of the float64 pattern resolved by the first and by each later pass of the
-# exact median selection.
-_FIRST_DIGIT_BITS = 20
-_DIGIT_BITS = 16
+#: Default stopping tolerance of :func:`sinkhorn`, in units of ``eps = blur^2``.
+DEFAULT_TOL = 1e-7
+#: Default cap on the iterations of :func:`sinkhorn` at the final temperature.
+DEFAULT_MAX_ITER = 10000
 
 
-# --------------------------------------------------------------------------- blocks
+def cloud_pair(gt: npt.ArrayLike, pred: npt.ArrayLike) -> tuple[Float64Array, Float64Array]:
+    """Truth and prediction as finite float64 point clouds with the same features.
 
+    Parameters
+    ----------
+    gt, pred
+        Cells x features arrays (dense or scipy sparse).
 
-def _rows_per_block(n_columns: int, max_block_bytes: int) -> int:
-    per_row = 8 * _ARRAYS_PER_BLOCK * max(n_columns, 1)
-    return max(1, int(max_block_bytes) // per_row)
+    Returns
+    -------
+    tuple of numpy.ndarray
+        The two clouds, C-contiguous.
 
+    Raises
+    ------
+    ValueError
+        If the numbers of features differ.
+    DegenerateInput
+        If either has non-finite values.
 
-def _row_norms(points: Float64Array) -> Float64Array:
-    return np.einsum("ij,ij->i", points, points)
-
-
-def _squared_distances(
-    a: Float64Array, sq_a: Float64Array, b: Float64Array, sq_b: Float64Array
-) -> Float64Array:
-    d2 = (-2.0 * a) @ b.T
-    d2 += sq_a[:, None]
-    d2 += sq_b[None, :]
-    # Only entries under a block-wide bound can be noise; testing those against their
-    # own bound avoids a second block-sized array.
-    suspects = np.nonzero(d2 <= _SNAP_RTOL * (sq_a.max(initial=0.0) + sq_b.max(initial=0.0)))
-    if suspects[0].size:
-        rows, cols = suspects
-        noise = d2[rows, cols] <= _SNAP_RTOL * (sq_a[rows] + sq_b[cols])
-        d2[rows[noise], cols[noise]] = 0.0
-    return d2
-
-
-def _centred(*clouds: Float64Array) -> list[Float64Array]:
-    """Shift every cloud by the mean of all of them together."""
-    count = sum(cloud.shape[0] for cloud in clouds)
-    if count == 0:
-        return list(clouds)
-    shift = sum(cloud.sum(axis=0) for cloud in clouds) / count
-    return [cloud - shift for cloud in clouds]
-
-
-def _within_pairs(x: Float64Array, max_block_bytes: int) -> Iterator[Float64Array]:
-    """Yield arrays of squared distances covering every pair i < j of rows of x once."""
-    sq = _row_norms(x)
-    n = x.shape[0]
-    rows = _rows_per_block(n, max_block_bytes)
-    for start in range(0, n, rows):
-        stop = min(start + rows, n)
-        block = _squared_distances(x[start:stop], sq[start:stop], x[start:], sq[start:])
-        size = stop - start
-        upper = np.triu_indices(size, k=1)
-        yield block[:, :size][upper]
-        if stop < n:
-            yield block[:, size:]
-
-
-def _cloud_pair(gt: npt.ArrayLike, pred: npt.ArrayLike) -> tuple[Float64Array, Float64Array]:
+    """
     x = as_matrix(gt, "truth cells")
     y = as_matrix(pred, "predicted cells")
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"truth has {x.shape[1]} features but prediction has {y.shape[1]}")
     return x, y
-
-
-def _check_bandwidth(bandwidth: float) -> float:
-    value = float(bandwidth)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"bandwidth must be a positive finite number, got {bandwidth!r}")
-    return value
-
-
-#: A transform of snapped squared distances whose sum over pairs is wanted:
-#: ``("sqrt", 0.0)`` for distances, ``("rbf", scale)`` for ``exp(scale * d2)``.
-PairTransform = tuple[str, float]
-SQRT: PairTransform = ("sqrt", 0.0)
-
-
-def rbf_transform(bandwidth: float) -> PairTransform:
-    """The transform of an RBF kernel of width ``bandwidth`` (see :func:`pair_sums`)."""
-    sigma = _check_bandwidth(bandwidth)
-    return ("rbf", -1.0 / (2.0 * sigma * sigma))
-
-
-def _tile_shape(n_rows: int, n_columns: int, max_block_bytes: int) -> tuple[int, int]:
-    budget = max(1, min(_TILE_ELEMENTS, int(max_block_bytes) // (8 * _ARRAYS_PER_BLOCK)))
-    columns = max(1, min(n_columns, _TILE_COLUMNS, budget))
-    rows = max(1, min(n_rows, budget // columns))
-    return rows, columns
-
-
-def _check_transforms(transforms: Sequence[PairTransform]) -> None:
-    for kind, _ in transforms:
-        if kind not in ("sqrt", "rbf"):
-            raise ValueError(f"unknown pair transform {kind!r}")
-
-
-def _pair_tiles(
-    x: Float64Array,
-    y: Float64Array | None,
-    want_root: bool,
-    max_block_bytes: int,
-    threads: Threads | None = None,
-) -> Iterator[tuple[Float64Array, Float64Array | None, int, float]]:
-    """Yield ``(d2, root, offset, bound)`` per tile of pairs, in a fixed order.
-
-    ``d2`` holds snapped squared distances, ``root`` their square roots (when
-    ``want_root``). Within one cloud, a tile crossing the diagonal must leave out its
-    pairs ``(i, j)`` with ``j <= i + offset``; other tiles have ``offset =``
-    :data:`~scperteval.kernels.rbf.NO_DIAGONAL`. ``bound`` is no smaller than any
-    value of ``d2``: ``(|a| + |b|)^2`` for the longest rows on either side, widened
-    by far more than the expansion's rounding. The arrays are reused: each must be
-    consumed before the next tile is asked for.
-    """
-    from scperteval.kernels.distances import complete_distances, complete_squared_distances
-    from scperteval.kernels.rbf import NO_DIAGONAL
-
-    within = y is None
-    other = x if y is None else y
-    n, m = x.shape[0], other.shape[0]
-    if n == 0 or m == 0:
-        return
-    sq_x = _row_norms(x)
-    sq_y = sq_x if within else _row_norms(other)
-    scaled = -2.0 * x
-    rows, columns = _tile_shape(n, m, max_block_bytes)
-    size = rows * columns
-    tile_buffer = np.empty(size)
-    root_buffer = np.empty(size) if want_root else None
-    with (threads or Threads()).single_threaded_blas():
-        for start in range(0, n, rows):
-            stop = min(start + rows, n)
-            sq_a = sq_x[start:stop]
-            longest_a = math.sqrt(float(sq_a.max()))
-            for first in range(start if within else 0, m, columns):
-                last = min(first + columns, m)
-                shape = (stop - start, last - first)
-                count = shape[0] * shape[1]
-                d2 = tile_buffer[:count].reshape(shape)
-                sq_b = sq_y[first:last]
-                np.matmul(scaled[start:stop], other[first:last].T, out=d2)
-                root = None
-                if root_buffer is not None:
-                    root = root_buffer[:count].reshape(shape)
-                    complete_distances(d2, sq_a, sq_b, _SNAP_RTOL, root)
-                else:
-                    complete_squared_distances(d2, sq_a, sq_b, _SNAP_RTOL)
-                # Within one cloud, a tile crossing the diagonal keeps only the pairs
-                # of a cell with the cells after it.
-                crossing = within and first < stop
-                bound = (longest_a + math.sqrt(float(sq_b.max()))) ** 2 * _BOUND_MARGIN
-                yield d2, root, start - first if crossing else NO_DIAGONAL, bound
-
-
-def _add_tile_sums(
-    totals: list[float],
-    d2: Float64Array,
-    root: Float64Array | None,
-    offset: int,
-    transforms: Sequence[PairTransform],
-    work_buffer: Float64Array,
-    bound: float = math.inf,
-) -> None:
-    from scperteval.kernels.distances import zero_through_diagonal
-    from scperteval.kernels.rbf import NO_DIAGONAL, rbf_tile_sum
-
-    for index, (kind, scale) in enumerate(transforms):
-        if kind == "rbf":
-            totals[index] += rbf_tile_sum(d2, scale, offset, bound)
-            continue
-        if root is not None:
-            values = root
-        else:
-            values = work_buffer[: d2.size].reshape(d2.shape)
-            np.sqrt(d2, out=values)
-        if offset != NO_DIAGONAL:
-            zero_through_diagonal(values, offset)
-        totals[index] += float(values.sum())
-
-
-def pair_sums(
-    x: Float64Array,
-    y: Float64Array | None,
-    transforms: Sequence[PairTransform],
-    *,
-    max_block_bytes: int = DEFAULT_BLOCK_BYTES,
-    threads: Threads | None = None,
-) -> list[float]:
-    """Sums over pairs of each transform of the snapped squared distances, in one pass.
-
-    The clouds are used as given (not shifted). With ``y`` given, the pairs are all
-    ``(x_i, y_j)``; with ``y=None``, the unordered pairs ``i < j`` of rows of ``x``
-    (half of an ordered-pair within-sample sum). Every pair's squared distance is
-    computed once, in cache-sized tiles, and each transform of it summed: asking for
-    several sums at once costs little more than one, and gives for each transform
-    exactly the value it gets alone.
-
-    Parameters
-    ----------
-    x, y
-        Float64 point clouds (rows are points) with the same number of columns.
-    transforms
-        :data:`SQRT` (Euclidean distance) and/or :func:`rbf_transform` values.
-    max_block_bytes
-        Memory bound for one tile of pairwise values and its temporaries.
-    threads
-        The run's threads, which hold BLAS to one thread (for a call without them,
-        its own: looking up the BLAS libraries costs milliseconds).
-
-    Returns
-    -------
-    list of float
-        One sum per transform, in order.
-
-    """
-    _check_transforms(transforms)
-    totals = [0.0] * len(transforms)
-    if not transforms:
-        return totals
-    want_root = any(kind == "sqrt" for kind, _ in transforms)
-    rows, columns = _tile_shape(x.shape[0], (x if y is None else y).shape[0], max_block_bytes)
-    work_buffer = np.empty(rows * columns)
-    for d2, root, offset, bound in _pair_tiles(x, y, want_root, max_block_bytes, threads):
-        _add_tile_sums(totals, d2, root, offset, transforms, work_buffer, bound)
-    return totals
-
-
-class StoredPairs:
-    """The snapped squared distances of the pairs ``i < j`` of one cloud, kept in memory.
-
-    For a reference sample whose within-sample kernel sum is wanted at many
-    bandwidths: :meth:`sums` gives exactly what :func:`pair_sums` ``(x, None, ...)``
-    gives, tile for tile, without recomputing the distances. Holds about
-    ``8 n^2 / 2`` bytes (:meth:`nbytes_for`).
-
-    Parameters
-    ----------
-    x
-        Float64 point cloud, used as given (not shifted).
-    max_block_bytes
-        Memory bound for one tile (the tiling of :func:`pair_sums`).
-    threads
-        The run's threads, which hold BLAS to one thread (for a call without them,
-        its own: looking up the BLAS libraries costs milliseconds).
-
-    """
-
-    def __init__(
-        self,
-        x: Float64Array,
-        *,
-        max_block_bytes: int = DEFAULT_BLOCK_BYTES,
-        threads: Threads | None = None,
-    ) -> None:
-        tiles = _pair_tiles(x, None, False, max_block_bytes, threads)
-        self._tiles = [(d2.copy(), offset) for d2, _, offset, _ in tiles]
-        rows, columns = _tile_shape(x.shape[0], x.shape[0], max_block_bytes)
-        self._work_size = rows * columns
-
-    @staticmethod
-    def nbytes_for(n_points: int, max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> int:
-        """Approximate memory held for a cloud of ``n_points`` points."""
-        rows, columns = _tile_shape(n_points, n_points, max_block_bytes)
-        return 8 * (n_points * (n_points + 1) // 2 + n_points * min(rows, n_points))
-
-    @property
-    def nbytes(self) -> int:
-        """Memory held by the stored distances."""
-        return sum(d2.nbytes for d2, _ in self._tiles)
-
-    def sums(self, transforms: Sequence[PairTransform]) -> list[float]:
-        """Sums over the pairs ``i < j`` of each transform, as :func:`pair_sums` computes them."""
-        _check_transforms(transforms)
-        totals = [0.0] * len(transforms)
-        work_buffer = np.empty(self._work_size)
-        for d2, offset in self._tiles:
-            _add_tile_sums(totals, d2, None, offset, transforms, work_buffer)
-        return totals
 
 
 # ---------------------------------------------------------------------- building blocks
@@ -377,8 +115,8 @@ def distance_sum(
         The sum; 0.0 when either cloud is empty.
 
     """
-    a, b = _cloud_pair(x, y)
-    a, b = _centred(a, b)
+    a, b = cloud_pair(x, y)
+    a, b = centred(a, b)
     return pair_sums(a, b, [SQRT], max_block_bytes=max_block_bytes)[0]
 
 
@@ -401,7 +139,7 @@ def within_distance_sum(x: npt.ArrayLike, *, max_block_bytes: int = DEFAULT_BLOC
         The sum; 0.0 for fewer than two points.
 
     """
-    (a,) = _centred(as_matrix(x, "points"))
+    (a,) = centred(as_matrix(x, "points"))
     return 2.0 * pair_sums(a, None, [SQRT], max_block_bytes=max_block_bytes)[0]
 
 
@@ -430,8 +168,8 @@ def kernel_sum(
 
     """
     kernel = rbf_transform(bandwidth)
-    a, b = _cloud_pair(x, y)
-    a, b = _centred(a, b)
+    a, b = cloud_pair(x, y)
+    a, b = centred(a, b)
     return pair_sums(a, b, [kernel], max_block_bytes=max_block_bytes)[0]
 
 
@@ -456,7 +194,7 @@ def within_kernel_sum(
 
     """
     kernel = rbf_transform(bandwidth)
-    (a,) = _centred(as_matrix(x, "points"))
+    (a,) = centred(as_matrix(x, "points"))
     return 2.0 * pair_sums(a, None, [kernel], max_block_bytes=max_block_bytes)[0]
 
 
@@ -469,18 +207,13 @@ def median_pairwise_distance(
     (``||z_i - z_j|| > 0``), with NumPy's convention for an even count (the mean of
     the two middle values). Coinciding points are left out because sparse expression
     data often hold many identical cells (all zero in a top-k gene space), which would
-    otherwise drive the median, and with it an RBF bandwidth, to zero.
-
-    The result is exact, and found without holding all pairs in memory: when the
-    positive distances exceed the ``max_block_bytes`` budget, a radix selection on the
-    bit patterns of the squared distances (monotone in the value for positive floats)
-    narrows down the values holding the median, one pass over the blocks per digit,
-    until they fit; usually two passes in all.
+    otherwise drive the median, and with it an RBF bandwidth, to zero. Exact, in
+    bounded memory (:func:`scperteval.kernels.median.median_distance`).
 
     Parameters
     ----------
     z
-        Point cloud (rows are points).
+        Point cloud (rows are points), dense or scipy sparse.
     max_block_bytes
         Memory bound for one block of pairwise values and for the values kept.
     threads
@@ -492,99 +225,13 @@ def median_pairwise_distance(
     float
         The median; 0.0 when no two points differ.
 
+    Raises
+    ------
+    DegenerateInput
+        If ``z`` has non-finite values.
+
     """
-    (points,) = _centred(as_matrix(z, "points"))
-    budget = max(1, int(max_block_bytes) // 8)
-    shift = 64 - _FIRST_DIGIT_BITS
-    # The histogram of the radix selection is started only once the values outgrow
-    # the budget (it then counts the values kept so far too).
-    histogram: npt.NDArray[np.int64] | None = None
-    kept: list[Float64Array] = []
-    count = 0
-    with (threads or Threads()).single_threaded_blas():
-        for block in _within_pairs(points, max_block_bytes):
-            positive = block[block > 0]
-            count += positive.size
-            if histogram is None and count <= budget:
-                kept.append(positive)
-                continue
-            if histogram is None:
-                histogram = np.zeros(1 << _FIRST_DIGIT_BITS, dtype=np.int64)
-                for values in kept:
-                    histogram += np.bincount(_keys(values) >> shift, minlength=histogram.size)
-                kept = []
-            histogram += np.bincount(_keys(positive) >> shift, minlength=histogram.size)
-        if count == 0:
-            return 0.0
-        ranks = ((count - 1) // 2, count // 2)
-        if histogram is None:
-            values = np.partition(np.concatenate(kept), ranks)
-            low, high = float(values[ranks[0]]), float(values[ranks[1]])
-        else:
-            low, high = _radix_select(points, ranks, histogram, shift, budget, max_block_bytes)
-    return 0.5 * (math.sqrt(low) + math.sqrt(high))
-
-
-def _keys(values: Float64Array) -> npt.NDArray[np.int64]:
-    """Bit patterns of positive floats, which order exactly as the values do."""
-    return np.ascontiguousarray(values).view(np.int64)
-
-
-def _with_key(
-    points: Float64Array, key: int, shift: int, max_block_bytes: int
-) -> Iterator[Float64Array]:
-    """Positive squared distances whose bit pattern starts with ``key`` (above ``shift``)."""
-    for block in _within_pairs(points, max_block_bytes):
-        positive = block[block > 0]
-        yield positive[(_keys(positive) >> shift) == key]
-
-
-def _radix_select(
-    points: Float64Array,
-    ranks: tuple[int, int],
-    histogram: npt.NDArray[np.int64],
-    shift: int,
-    budget: int,
-    max_block_bytes: int,
-) -> tuple[float, float]:
-    """Order statistics ``ranks`` (0-based, adjacent) of the positive squared distances.
-
-    ``histogram[b]`` counts the values whose key ``bits >> shift`` is ``base + b``; the
-    wanted values lie among them, above ``below`` smaller values.
-    """
-    first, second = ranks
-    below, base = 0, 0
-    while True:
-        cumulative = below + np.cumsum(histogram)
-        bin_first = int(np.searchsorted(cumulative, first, side="right"))
-        bin_second = int(np.searchsorted(cumulative, second, side="right"))
-        if bin_first > 0:
-            below = int(cumulative[bin_first - 1])
-        key_first, key_second = base + bin_first, base + bin_second
-        if key_first != key_second:
-            # The first wanted value closes its bucket; the second is the smallest value
-            # of the next non-empty bucket.
-            in_first = _with_key(points, key_first, shift, max_block_bytes)
-            in_second = _with_key(points, key_second, shift, max_block_bytes)
-            return (
-                max(float(v.max()) for v in in_first if v.size),
-                min(float(v.min()) for v in in_second if v.size),
-            )
-        if shift == 0:
-            value = float(np.array([key_first], dtype=np.int64).view(np.float64)[0])
-            return value, value
-        if int(histogram[bin_first]) <= budget:
-            chunks = list(_with_key(points, key_first, shift, max_block_bytes))
-            offsets = (first - below, second - below)
-            values = np.partition(np.concatenate(chunks), offsets)
-            return float(values[offsets[0]]), float(values[offsets[1]])
-        finer = max(shift - _DIGIT_BITS, 0)
-        width = shift - finer
-        histogram = np.zeros(1 << width, dtype=np.int64)
-        for values in _with_key(points, key_first, shift, max_block_bytes):
-            digits = (_keys(values) >> finer) & ((1 << width) - 1)
-            histogram += np.bincount(digits, minlength=histogram.size)
-        base, shift = key_first << width, finer
+    return median_distance(as_matrix(z, "points"), max_block_bytes=max_block_bytes, threads=threads)
 
 
 def energy_distance_from_sums(
@@ -616,7 +263,7 @@ def energy_distance_from_sums(
         the plug-in form.
 
     """
-    _check_sizes(n, m, unbiased)
+    check_sizes(n, m, unbiased)
     if unbiased:
         return 2.0 * cross / (n * m) - within_x / (n * (n - 1)) - within_y / (m * (m - 1))
     return 2.0 * cross / (n * m) - within_x / (n * n) - within_y / (m * m)
@@ -652,7 +299,7 @@ def mmd_from_sums(
         the plug-in form.
 
     """
-    _check_sizes(n, m, unbiased)
+    check_sizes(n, m, unbiased)
     if unbiased:
         return within_x / (n * (n - 1)) + within_y / (m * (m - 1)) - 2.0 * cross / (n * m)
     return (within_x + n) / (n * n) + (within_y + m) / (m * m) - 2.0 * cross / (n * m)
@@ -664,7 +311,17 @@ def _threads_of(ctx: PerturbationContext | None) -> Threads:
     return threads if threads is not None else Threads()
 
 
-def _check_sizes(n: int, m: int, unbiased: bool) -> None:
+def check_sizes(n: int, m: int, unbiased: bool) -> None:
+    """Raise :class:`DegenerateInput` unless both populations are large enough.
+
+    Parameters
+    ----------
+    n, m
+        Number of cells of the truth and of the prediction.
+    unbiased
+        The unbiased form needs 2 cells per population, the plug-in form 1.
+
+    """
     needed = 2 if unbiased else 1
     if n < needed or m < needed:
         form = "the unbiased estimate" if unbiased else "the estimate"
@@ -723,9 +380,9 @@ def energy_distance(
         the input has non-finite values. An all-zero population is not degenerate.
 
     """
-    x, y = _cloud_pair(gt, pred)
-    _check_sizes(x.shape[0], y.shape[0], unbiased)
-    x, y = _centred(x, y)
+    x, y = cloud_pair(gt, pred)
+    check_sizes(x.shape[0], y.shape[0], unbiased)
+    x, y = centred(x, y)
     threads = _threads_of(ctx)
     (cross,) = pair_sums(x, y, [SQRT], threads=threads)
     within_x = 2.0 * pair_sums(x, None, [SQRT], threads=threads)[0]
@@ -793,8 +450,8 @@ def mmd(
         If ``bandwidth`` is given and is not a positive finite number.
 
     """
-    x, y = _cloud_pair(gt, pred)
-    _check_sizes(x.shape[0], y.shape[0], unbiased)
+    x, y = cloud_pair(gt, pred)
+    check_sizes(x.shape[0], y.shape[0], unbiased)
     threads = _threads_of(ctx)
     if bandwidth is None:
         sigma = median_pairwise_distance(np.vstack([x, y]), threads=threads) or 1.0
@@ -803,13 +460,35 @@ def mmd(
     elif isinstance(bandwidth, str):
         raise ValueError(f"bandwidth must be None, 'truth' or a number, got {bandwidth!r}")
     else:
-        sigma = _check_bandwidth(bandwidth)
-    x, y = _centred(x, y)
+        sigma = check_bandwidth(bandwidth)
+    x, y = centred(x, y)
     kernel = rbf_transform(sigma)
     (cross,) = pair_sums(x, y, [kernel], threads=threads)
     within_x = 2.0 * pair_sums(x, None, [kernel], threads=threads)[0]
     within_y = 2.0 * pair_sums(y, None, [kernel], threads=threads)[0]
     return mmd_from_sums(cross, within_x, within_y, x.shape[0], y.shape[0], unbiased=unbiased)
+
+
+def check_stopping(tol: float | None, max_iter: int) -> None:
+    """Raise ``ValueError`` unless ``tol`` is ``None`` or positive and ``max_iter`` >= 1.
+
+    Parameters
+    ----------
+    tol
+        Stopping tolerance of :func:`scperteval.kernels.sinkhorn.converge`, or ``None``.
+    max_iter
+        Cap on its iterations.
+
+    """
+    if tol is not None and not (
+        isinstance(tol, (int, float))
+        and not isinstance(tol, bool)
+        and math.isfinite(tol)
+        and tol > 0
+    ):
+        raise ValueError(f"tol must be None or a positive finite number, got {tol!r}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
 
 
 def check_sinkhorn_options(
@@ -900,8 +579,8 @@ def sinkhorn(
     tol
         Stopping tolerance at the final temperature, in units of ``eps``: stop once
         five consecutive iterations each change ``S_eps`` by less than
-        ``tol * eps`` (see :func:`scperteval.kernels.sinkhorn_loop.converge`).
-        :data:`~scperteval.kernels.sinkhorn_loop.DEFAULT_TOL` (1e-7) gives values
+        ``tol * eps`` (see :func:`scperteval.kernels.sinkhorn.converge`).
+        :data:`DEFAULT_TOL` (1e-7) gives values
         within 1e-6 relative of a fully converged solver on real
         perturbation-vs-control pairs (measured: ``benchmarks/bench_sinkhorn.py``), at
         about 15 times the annealing's time (50 times for 2,000-cell populations).
@@ -938,8 +617,8 @@ def sinkhorn(
 
     """
     check_sinkhorn_options(blur, scaling, backend, tol, max_iter)
-    x, y = _cloud_pair(gt, pred)
-    _check_sizes(x.shape[0], y.shape[0], unbiased=False)
+    x, y = cloud_pair(gt, pred)
+    check_sizes(x.shape[0], y.shape[0], unbiased=False)
     device = None if ctx is None else ctx.device
     if backend != "tensorized" or device is not None:
         try:
@@ -947,44 +626,48 @@ def sinkhorn(
             from geomloss import SamplesLoss
         except ImportError:
             raise MissingExtraError("Sinkhorn distance", "ot", "geomloss") from None
-    x, y = _centred(x, y)
+    x, y = centred(x, y)
     pooled_range = np.maximum(x.max(axis=0), y.max(axis=0)) - np.minimum(
         x.min(axis=0), y.min(axis=0)
     )
     if not pooled_range.any():
         return 0.0
     diameter = float(np.linalg.norm(pooled_range))
-    if backend == "tensorized" and device is None:
-        from scperteval.kernels.sinkhorn import debiased_sinkhorn
+    from scperteval.kernels.sinkhorn import debiased_sinkhorn
 
+    if backend == "tensorized" and device is None:
         divergence = debiased_sinkhorn(
             x, y, blur, scaling, diameter=diameter, tol=tol, max_iter=max_iter
         )
         return math.sqrt(2.0 * max(divergence, 0.0))
-    if tol is not None:
-        from scperteval.metrics._sinkhorn_torch import torch_divergence
-
-        target = torch.device(device if device is not None else "cpu")
-        on_cpu = target.type == "cpu"
-        with Threads.single_threaded_torch(torch) if on_cpu else contextlib.nullcontext():
-            divergence = torch_divergence(
-                x,
-                y,
-                blur=blur,
-                scaling=scaling,
+    target = torch.device(device if device is not None else "cpu")
+    on_cpu = target.type == "cpu"
+    single_thread = Threads.single_threaded_torch(torch) if on_cpu else contextlib.nullcontext()
+    with torch.no_grad(), single_thread:
+        tx, ty = torch.from_numpy(x).to(target), torch.from_numpy(y).to(target)
+        if tol is None:
+            loss = SamplesLoss(
+                "sinkhorn", p=2, blur=blur, scaling=scaling, debias=True, backend=backend
+            )
+            divergence = float(loss(tx, ty).item())
+        else:
+            divergence = debiased_sinkhorn(
+                tx,
+                ty,
+                blur,
+                scaling,
                 diameter=diameter,
                 tol=tol,
                 max_iter=max_iter,
-                device=target,
+                soft_c_transform=_torch_softmin(torch),
             )
-        return math.sqrt(2.0 * max(divergence, 0.0))
-    loss = SamplesLoss("sinkhorn", p=2, blur=blur, scaling=scaling, debias=True, backend=backend)
-    if device is not None and torch.device(device).type != "cpu":
-        with torch.no_grad():
-            divergence = float(
-                loss(torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)).item()
-            )
-        return math.sqrt(2.0 * max(divergence, 0.0))
-    with torch.no_grad(), Threads.single_threaded_torch(torch):
-        divergence = float(loss(torch.from_numpy(x), torch.from_numpy(y)).item())
     return math.sqrt(2.0 * max(divergence, 0.0))
+
+
+def _torch_softmin(torch: Any) -> Any:
+    """The soft-C-transform of the Sinkhorn iterations as a ``logsumexp`` on tensors."""
+
+    def softmin(cost: Any, potential: Any, eps: float) -> Any:
+        return -eps * torch.logsumexp(potential[None, :] - cost / eps, dim=1)
+
+    return softmin

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scperteval.reporting._format import created_now, write_file
+from scperteval.reporting.formatting import created_now, write_file
 from scperteval.reporting.html import html_report
 from scperteval.reporting.methods import methods_text
 from scperteval.reporting.tables import latex_table, markdown_report

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from scperteval.reporting._format import MISSING, created_now, significant, write_file
+from scperteval.reporting.formatting import MISSING, created_now, significant, write_file
 from scperteval.reporting.tables import latex_escape, markdown_escape
 from scperteval.runinfo import write_atomic
 

@@ -19,7 +19,7 @@ from matplotlib.colors import Normalize, TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from scperteval.reporting._format import significant
+from scperteval.reporting.formatting import significant
 from scperteval.reporting.pages import per_perturbation_figures, versus_figure
 from scperteval.reporting.panels import distribution_figure, positive_figure
 

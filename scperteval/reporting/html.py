@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from scperteval._version import __version__
-from scperteval.reporting._format import (
+from scperteval.reporting.formatting import (
     DAGGER,
     MISSING,
     TEXT_COLUMNS,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
-from scperteval.reporting._format import (
+from scperteval.reporting.formatting import (
     DAGGER,
     MISSING,
     TEXT_COLUMNS,

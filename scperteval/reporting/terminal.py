@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scperteval.reporting._format import headline_frame, trust_terms
+from scperteval.reporting.formatting import headline_frame, trust_terms
 
 __all__ = ["terminal_lines"]
 

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from scperteval.engine.calibrators import OVERALL, Thresholds
-from scperteval.reporting._format import TRUST_TERMS
+from scperteval.reporting.formatting import TRUST_TERMS
 
 __all__ = ["MIN_PERTURBATIONS", "TRUST_TERMS", "apply_evidence", "verdict_sentences"]
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from scperteval.errors import ScpertevalError
-from scperteval.metrics._common import DegenerateInput, as_matrix
+from scperteval.metrics.common import DegenerateInput, as_matrix
 
 __all__ = ["DeviceUnavailable", "resolve_device", "resolve_dtype", "as_cloud"]
 
@@ -84,7 +84,7 @@ def as_cloud(values: Any, what: str, device: torch.device) -> torch.Tensor:
     """Return a point cloud as a finite 2-D float64 tensor on ``device``.
 
     NumPy arrays, array-likes and scipy sparse matrices are checked by
-    :func:`scperteval.metrics._common.as_matrix`; tensors are detached, converted to
+    :func:`scperteval.metrics.common.as_matrix`; tensors are detached, converted to
     float64 (exactly, from float32) and checked here. The result is never part of an
     autograd graph.
 

@@ -1,39 +1,145 @@
-"""Sums over pairs of cells on a torch device, for the population fast path.
+"""Sums over pairs of cells with torch, on a CPU or a CUDA device.
 
-:class:`TorchPairs` does what :mod:`scperteval.engine.pairs` asks of a pair backend:
-sums of the Euclidean distance and of RBF kernels over the pairs of one or two
-point clouds, the same sums over a stored sample's pairs at many bandwidths, and the
-median heuristic. The clouds arrive as float64 NumPy arrays already shifted by their
-pooled mean (as the NumPy path shifts them); they are moved to the device once per
-call and cast to the computation dtype there. The squared distances and their
-snapping to zero follow :mod:`scperteval.torch_backend.population`; every block sum
-is accumulated in float64.
+The torch counterpart of :mod:`scperteval.kernels.pairs`, with the same interface
+(:class:`TorchPairs` is a :class:`~scperteval.engine.pairs.PairBackend`): sums of
+the Euclidean distance and of RBF kernels over the pairs of one or two point
+clouds, the same sums over a stored sample's pairs at many bandwidths, and the
+median heuristic. The population metrics of :mod:`scperteval.torch_backend.population`
+are built on it.
 
-In float64 the sums equal the NumPy reference's to rounding (the blocks differ, so
-the order of additions does); float32 on a GPU is faster and accurate to the bound
-given in ``docs/torch.md``.
+Both clouds are shifted by their pooled mean in float64, then cast to the
+computation dtype. Squared distances are computed as ``||a||^2 + ||b||^2 - 2 a.b``
+(one matrix product per block) in row blocks whose size is bounded by
+``max_block_bytes``; values within ``rtol (||a||^2 + ||b||^2)`` of zero are set to 0,
+with ``rtol = 1e-12`` in float64 (the reference's rule) and ``rtol = 100 eps ~ 1.2e-5``
+in float32, so that coinciding cells are at distance 0 exactly. Block sums are
+accumulated in float64 whatever the computation dtype. In float64 the sums equal the
+NumPy reference's to rounding (the blocks differ, so the order of additions does);
+float32 on a GPU is faster and accurate to the bound given in ``docs/torch.md``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 import torch
 
+from scperteval.kernels.median import ArrayOps, median_of_positive
+from scperteval.kernels.pairs import DEFAULT_BLOCK_BYTES, PairTransform, check_transforms
 from scperteval.torch_backend._common import DeviceLike, resolve_device, resolve_dtype
-from scperteval.torch_backend.population import DEFAULT_BLOCK_BYTES, _median, _Pairs, _prepared
 
-__all__ = ["TorchPairs", "TorchStoredPairs"]
+__all__ = ["DEFAULT_BLOCK_BYTES", "TorchPairs", "TorchStoredPairs"]
 
-_TRANSFORM_KINDS = ("sqrt", "rbf")
+# Snapping tolerance: below this fraction of ||a||^2 + ||b||^2 a squared distance is
+# indistinguishable from the cancellation error of the expansion.
+_SNAP_RTOL_FLOAT64 = 1e-12
+_SNAP_EPS_FACTOR = 100.0
+# Block-sized tensors alive at once: the block, the snapping bound, a mask, a copy.
+_TENSORS_PER_BLOCK = 4
+# Bits of the key resolved by the first pass of the median selection.
+_FIRST_DIGIT_BITS = MappingProxyType({torch.float64: 20, torch.float32: 16})
+_KEY_DTYPE = MappingProxyType({torch.float64: torch.int64, torch.float32: torch.int32})
+_KEY_BITS = MappingProxyType({torch.float64: 64, torch.float32: 32})
 
 
-def _check_transforms(transforms: Sequence[tuple[str, float]]) -> None:
-    for kind, _ in transforms:
-        if kind not in _TRANSFORM_KINDS:
-            raise ValueError(f"unknown pair transform {kind!r}")
+# --------------------------------------------------------------------------- blocks
+
+
+class _Pairs:
+    """Blocked squared distances of point clouds in one dtype on one device."""
+
+    def __init__(self, dtype: torch.dtype, max_block_bytes: int) -> None:
+        if int(max_block_bytes) < 1:
+            raise ValueError(f"max_block_bytes must be positive, got {max_block_bytes!r}")
+        self.dtype = dtype
+        self.max_block_bytes = int(max_block_bytes)
+        eps = torch.finfo(dtype).eps
+        self.rtol = max(_SNAP_RTOL_FLOAT64, _SNAP_EPS_FACTOR * eps)
+        self.itemsize = torch.empty((), dtype=dtype).element_size()
+
+    def rows_per_block(self, n_columns: int) -> int:
+        per_row = self.itemsize * _TENSORS_PER_BLOCK * max(n_columns, 1)
+        return max(1, self.max_block_bytes // per_row)
+
+    def squared(
+        self, a: torch.Tensor, sq_a: torch.Tensor, b: torch.Tensor, sq_b: torch.Tensor
+    ) -> torch.Tensor:
+        d2 = (-2.0 * a) @ b.T
+        d2 += sq_a[:, None]
+        d2 += sq_b[None, :]
+        bound = sq_a[:, None] + sq_b[None, :]
+        bound *= self.rtol
+        return d2.masked_fill_(d2 <= bound, 0.0)
+
+    def cross(self, x: torch.Tensor, y: torch.Tensor) -> Iterator[torch.Tensor]:
+        """Blocks of squared distances covering every pair ``(x_i, y_j)`` once."""
+        sq_x, sq_y = _row_norms(x), _row_norms(y)
+        rows = self.rows_per_block(y.shape[0])
+        for start in range(0, x.shape[0], rows):
+            stop = start + rows
+            yield self.squared(x[start:stop], sq_x[start:stop], y, sq_y)
+
+    def within(self, x: torch.Tensor) -> Iterator[torch.Tensor]:
+        """Blocks of squared distances covering every pair ``i < j`` of rows once.
+
+        Per block of rows: the strict upper triangle of the rows against themselves
+        (flattened), then the rows against all later rows.
+        """
+        sq = _row_norms(x)
+        n = x.shape[0]
+        rows = self.rows_per_block(n)
+        for start in range(0, n, rows):
+            stop = min(start + rows, n)
+            block = self.squared(x[start:stop], sq[start:stop], x[start:], sq[start:])
+            size = stop - start
+            upper = torch.ones(size, size, dtype=torch.bool, device=x.device).triu_(1)
+            yield block[:, :size][upper]
+            yield block[:, size:]
+
+
+def _row_norms(points: torch.Tensor) -> torch.Tensor:
+    return torch.einsum("ij,ij->i", points, points)
+
+
+def _prepared(dtype: torch.dtype, *clouds: torch.Tensor) -> list[torch.Tensor]:
+    """Shift float64 clouds by the mean of all of them together, then cast to ``dtype``."""
+    count = sum(cloud.shape[0] for cloud in clouds)
+    if count == 0:
+        return [cloud.to(dtype) for cloud in clouds]
+    shift = sum(cloud.sum(dim=0) for cloud in clouds) / count
+    return [(cloud - shift).to(dtype).contiguous() for cloud in clouds]
+
+
+# ----------------------------------------------------------------------------- median
+
+
+def _positive_within(pairs: _Pairs, points: torch.Tensor) -> Iterator[torch.Tensor]:
+    """1-D tensors of the positive squared distances over pairs ``i < j``."""
+    for d2 in pairs.within(points):
+        yield d2[d2 > 0]
+
+
+class _TorchOps(ArrayOps):
+    """The operations of the median selection on tensors of one dtype."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        self.key_bits = _KEY_BITS[dtype]
+        self.key_dtype = _KEY_DTYPE[dtype]
+
+    def keys(self, values: Any) -> Any:
+        """Bit patterns of positive floats as int64; they order exactly as the values do."""
+        return values.contiguous().view(self.key_dtype).to(torch.int64)
+
+    def histogram(self, digits: Any, size: int) -> Any:
+        """Occurrences of each of the digits ``0 .. size - 1``, on the device."""
+        return torch.bincount(digits, minlength=size)
+
+    def host(self, values: Any) -> np.ndarray:
+        """``values`` as a NumPy array."""
+        return np.asarray(values.cpu().numpy())
 
 
 def _applied(kind: str, scale: float, d2: torch.Tensor) -> torch.Tensor:
@@ -43,9 +149,7 @@ def _applied(kind: str, scale: float, d2: torch.Tensor) -> torch.Tensor:
     return torch.exp(d2 * scale)
 
 
-def _add_sums(
-    totals: torch.Tensor, transforms: Sequence[tuple[str, float]], d2: torch.Tensor
-) -> None:
+def _add_sums(totals: torch.Tensor, transforms: Sequence[PairTransform], d2: torch.Tensor) -> None:
     for index, (kind, scale) in enumerate(transforms):
         totals[index] += _applied(kind, scale, d2).sum(dtype=torch.float64)
 
@@ -53,7 +157,7 @@ def _add_sums(
 class TorchStoredPairs:
     """The snapped squared distances of the pairs ``i < j`` of one cloud, on a device.
 
-    The counterpart of :class:`scperteval.metrics.population.StoredPairs`: a
+    The counterpart of :class:`scperteval.kernels.pairs.StoredPairs`: a
     reference sample's within-sample kernel sum at many bandwidths costs one pass of
     exponentials over the stored values each, not the distances again.
 
@@ -68,12 +172,9 @@ class TorchStoredPairs:
 
     def __init__(self, pairs: TorchPairs, x: np.ndarray) -> None:
         points = pairs.tensor(x)
-        blocks: list[torch.Tensor] = []
         with torch.no_grad():
-            for square, rest in pairs.blocks.within(points):
-                upper = torch.ones(square.shape, dtype=torch.bool, device=square.device)
-                blocks.append(square[torch.triu(upper, diagonal=1)])
-                blocks.append(rest.reshape(-1).clone())
+            # Copies, so that no view keeps a whole block alive until the end.
+            blocks = [d2.reshape(-1).clone() for d2 in pairs.blocks.within(points)]
         self._values = torch.cat(blocks) if blocks else points.new_zeros(0)
         self._pairs = pairs
 
@@ -87,9 +188,9 @@ class TorchStoredPairs:
         """Memory held by the stored distances, in bytes."""
         return int(self._values.numel() * self._values.element_size())
 
-    def sums(self, transforms: Sequence[tuple[str, float]]) -> list[float]:
+    def sums(self, transforms: Sequence[PairTransform]) -> list[float]:
         """Sums over the pairs ``i < j`` of each transform of the stored distances."""
-        _check_transforms(transforms)
+        check_transforms(transforms)
         totals = torch.zeros(len(transforms), dtype=torch.float64, device=self._values.device)
         chunk = max(1, self._pairs.blocks.max_block_bytes // (2 * self._values.element_size()))
         with torch.no_grad():
@@ -133,18 +234,24 @@ class TorchPairs:
         return f"torch:{self.device}:{str(self.dtype).removeprefix('torch.')}"
 
     def tensor(self, x: Any) -> torch.Tensor:
-        """A float64 array on the device, cast to the computation dtype."""
+        """A float64 array (or a tensor) on the device, cast to the computation dtype."""
+        if isinstance(x, torch.Tensor):
+            return x.to(device=self.device, dtype=self.dtype)
         return torch.tensor(np.asarray(x, dtype=np.float64), device=self.device).to(self.dtype)
 
     def sums(
-        self, x: np.ndarray, y: np.ndarray | None, transforms: Sequence[tuple[str, float]]
+        self,
+        x: np.ndarray | torch.Tensor,
+        y: np.ndarray | torch.Tensor | None,
+        transforms: Sequence[PairTransform],
     ) -> list[float]:
-        """Sums over pairs of each transform (see :func:`~scperteval.metrics.population.pair_sums`).
+        """Sums over pairs of each transform (see :func:`~scperteval.kernels.pairs.pair_sums`).
 
         Parameters
         ----------
         x, y
-            Float64 point clouds, already shifted. With ``y`` the pairs are all
+            Float64 point clouds (arrays, or tensors already in the computation dtype),
+            already shifted. With ``y`` the pairs are all
             ``(x_i, y_j)``; with ``y=None`` the unordered pairs ``i < j`` of ``x``.
         transforms
             ``("sqrt", 0.0)`` and/or ``("rbf", -1 / (2 sigma^2))`` pairs.
@@ -155,20 +262,17 @@ class TorchPairs:
             One sum per transform, in order.
 
         """
-        _check_transforms(transforms)
+        check_transforms(transforms)
         if not transforms:
             return []
         totals = torch.zeros(len(transforms), dtype=torch.float64, device=self.device)
         with torch.no_grad():
             first = self.tensor(x)
-            if y is None:
-                for square, rest in self.blocks.within(first):
-                    upper = torch.ones(square.shape, dtype=torch.bool, device=square.device)
-                    _add_sums(totals, transforms, square[torch.triu(upper, diagonal=1)])
-                    _add_sums(totals, transforms, rest)
-            else:
-                for block in self.blocks.cross(first, self.tensor(y)):
-                    _add_sums(totals, transforms, block)
+            blocks = (
+                self.blocks.within(first) if y is None else self.blocks.cross(first, self.tensor(y))
+            )
+            for d2 in blocks:
+                _add_sums(totals, transforms, d2)
         return [float(v) for v in totals.tolist()]
 
     def store(self, x: np.ndarray) -> TorchStoredPairs:
@@ -182,10 +286,19 @@ class TorchPairs:
     def median(self, z: Any) -> float:
         """Median of the positive pairwise distances of the rows of ``z``.
 
-        The definition of
-        :func:`scperteval.metrics.population.median_pairwise_distance`.
+        The definition of :func:`scperteval.kernels.median.median_distance`; ``z`` is a
+        float64 array, or a float64 tensor on the device, shifted here.
         """
-        points64 = torch.tensor(np.asarray(z, dtype=np.float64), device=self.device)
+        if isinstance(z, torch.Tensor):
+            points64 = z
+        else:
+            points64 = torch.tensor(np.asarray(z, dtype=np.float64), device=self.device)
+        blocks = self.blocks
         with torch.no_grad():
             (points,) = _prepared(self.dtype, points64)
-            return _median(self.blocks, points)
+            return median_of_positive(
+                lambda: _positive_within(blocks, points),
+                max(1, blocks.max_block_bytes // blocks.itemsize),
+                _TorchOps(self.dtype),
+                _FIRST_DIGIT_BITS[self.dtype],
+            )

@@ -2,30 +2,22 @@
 
 The definitions are those of :mod:`scperteval.metrics.population` (the NumPy
 reference): same estimators, same median-heuristic bandwidth, same treatment of
-coinciding cells, same errors. In float64 the results agree with the reference to
-rounding (about 1e-13 relative); float32 is faster on a GPU and is accurate to the
-bound given in ``docs/torch.md``.
-
-Computation: both clouds are shifted by their pooled mean in float64, then cast to
-the computation dtype. Squared distances are computed as ``||a||^2 + ||b||^2 - 2 a.b``
-(one matrix product per block) in row blocks whose size is bounded by
-``max_block_bytes``; values within ``rtol (||a||^2 + ||b||^2)`` of zero are set to 0,
-with ``rtol = 1e-12`` in float64 (the reference's rule) and ``rtol = 100 eps ~ 1.2e-5``
-in float32, so that coinciding cells are at distance 0 exactly. Block sums are
-accumulated in float64 whatever the computation dtype.
+coinciding cells, same errors. The sums over pairs are those of
+:class:`~scperteval.torch_backend.pairs.TorchPairs` (see there for the computation).
+In float64 the results agree with the reference to rounding (about 1e-13 relative);
+float32 is faster on a GPU and is accurate to the bound given in ``docs/torch.md``.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterator
-from types import MappingProxyType
 from typing import Any
 
 import torch
 
-from scperteval.metrics._common import DegenerateInput
-from scperteval.torch_backend._common import DeviceLike, as_cloud, resolve_device, resolve_dtype
+from scperteval.kernels.pairs import SQRT, check_bandwidth, rbf_transform
+from scperteval.metrics.population import check_sizes, energy_distance_from_sums, mmd_from_sums
+from scperteval.torch_backend._common import DeviceLike, as_cloud
+from scperteval.torch_backend.pairs import DEFAULT_BLOCK_BYTES, TorchPairs, _prepared
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
@@ -33,122 +25,6 @@ __all__ = [
     "mmd",
     "median_pairwise_distance",
 ]
-
-#: Memory bound for one block of pairwise values and its temporaries, in bytes.
-DEFAULT_BLOCK_BYTES = 64 * 2**20
-
-# Snapping tolerance: below this fraction of ||a||^2 + ||b||^2 a squared distance is
-# indistinguishable from the cancellation error of the expansion.
-_SNAP_RTOL_FLOAT64 = 1e-12
-_SNAP_EPS_FACTOR = 100.0
-# Block-sized tensors alive at once: the block, the snapping bound, a mask, a copy.
-_TENSORS_PER_BLOCK = 4
-# Bits of the key resolved by the first and by each later pass of the median selection.
-_FIRST_DIGIT_BITS = MappingProxyType({torch.float64: 20, torch.float32: 16})
-_DIGIT_BITS = 16
-_KEY_DTYPE = MappingProxyType({torch.float64: torch.int64, torch.float32: torch.int32})
-_KEY_BITS = MappingProxyType({torch.float64: 64, torch.float32: 32})
-
-Transform = Callable[[torch.Tensor], torch.Tensor]
-
-
-# --------------------------------------------------------------------------- blocks
-
-
-class _Pairs:
-    """Blocked squared distances of point clouds in one dtype on one device."""
-
-    def __init__(self, dtype: torch.dtype, max_block_bytes: int) -> None:
-        if int(max_block_bytes) < 1:
-            raise ValueError(f"max_block_bytes must be positive, got {max_block_bytes!r}")
-        self.dtype = dtype
-        self.max_block_bytes = int(max_block_bytes)
-        eps = torch.finfo(dtype).eps
-        self.rtol = max(_SNAP_RTOL_FLOAT64, _SNAP_EPS_FACTOR * eps)
-        self.itemsize = torch.empty((), dtype=dtype).element_size()
-
-    def rows_per_block(self, n_columns: int) -> int:
-        per_row = self.itemsize * _TENSORS_PER_BLOCK * max(n_columns, 1)
-        return max(1, self.max_block_bytes // per_row)
-
-    def squared(
-        self, a: torch.Tensor, sq_a: torch.Tensor, b: torch.Tensor, sq_b: torch.Tensor
-    ) -> torch.Tensor:
-        d2 = (-2.0 * a) @ b.T
-        d2 += sq_a[:, None]
-        d2 += sq_b[None, :]
-        bound = sq_a[:, None] + sq_b[None, :]
-        bound *= self.rtol
-        return d2.masked_fill_(d2 <= bound, 0.0)
-
-    def cross(self, x: torch.Tensor, y: torch.Tensor) -> Iterator[torch.Tensor]:
-        """Blocks of squared distances covering every pair ``(x_i, y_j)`` once."""
-        sq_x, sq_y = _row_norms(x), _row_norms(y)
-        rows = self.rows_per_block(y.shape[0])
-        for start in range(0, x.shape[0], rows):
-            stop = start + rows
-            yield self.squared(x[start:stop], sq_x[start:stop], y, sq_y)
-
-    def within(self, x: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Pairs ``(square, rest)`` of blocks covering every pair ``i < j`` of rows once.
-
-        ``square`` holds rows ``start:stop`` against the same rows: only its strict
-        upper triangle belongs to the cover. ``rest`` holds the same rows against the
-        rows after ``stop``, all of which belong to it.
-        """
-        sq = _row_norms(x)
-        n = x.shape[0]
-        rows = self.rows_per_block(n)
-        for start in range(0, n, rows):
-            stop = min(start + rows, n)
-            block = self.squared(x[start:stop], sq[start:stop], x[start:], sq[start:])
-            size = stop - start
-            yield block[:, :size], block[:, size:]
-
-
-def _row_norms(points: torch.Tensor) -> torch.Tensor:
-    return torch.einsum("ij,ij->i", points, points)
-
-
-def _prepared(dtype: torch.dtype, *clouds: torch.Tensor) -> list[torch.Tensor]:
-    """Shift float64 clouds by the mean of all of them together, then cast to ``dtype``."""
-    count = sum(cloud.shape[0] for cloud in clouds)
-    if count == 0:
-        return [cloud.to(dtype) for cloud in clouds]
-    shift = sum(cloud.sum(dim=0) for cloud in clouds) / count
-    return [(cloud - shift).to(dtype).contiguous() for cloud in clouds]
-
-
-def _cross_sum(pairs: _Pairs, x: torch.Tensor, y: torch.Tensor, transform: Transform) -> float:
-    total = torch.zeros((), dtype=torch.float64, device=x.device)
-    for block in pairs.cross(x, y):
-        total += transform(block).sum(dtype=torch.float64)
-    return float(total.item())
-
-
-def _within_sum(pairs: _Pairs, x: torch.Tensor, transform: Transform) -> float:
-    """Sum of ``transform`` over ordered pairs ``i != j`` (twice the sum over ``i < j``)."""
-    total = torch.zeros((), dtype=torch.float64, device=x.device)
-    for square, rest in pairs.within(x):
-        total += torch.triu(transform(square), diagonal=1).sum(dtype=torch.float64)
-        total += transform(rest).sum(dtype=torch.float64)
-    return 2.0 * float(total.item())
-
-
-def _sqrt(d2: torch.Tensor) -> torch.Tensor:
-    return d2.sqrt_()
-
-
-def _rbf(bandwidth: float) -> Transform:
-    scale = -1.0 / (2.0 * bandwidth * bandwidth)
-
-    def kernel(d2: torch.Tensor) -> torch.Tensor:
-        return d2.mul_(scale).exp_()
-
-    return kernel
-
-
-# ----------------------------------------------------------------------------- checks
 
 
 def _cloud_pair(gt: Any, pred: Any, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,155 +35,15 @@ def _cloud_pair(gt: Any, pred: Any, device: torch.device) -> tuple[torch.Tensor,
     return x, y
 
 
-def _check_sizes(n: int, m: int, unbiased: bool) -> None:
-    needed = 2 if unbiased else 1
-    if n < needed or m < needed:
-        form = "the unbiased estimate" if unbiased else "the estimate"
-        raise DegenerateInput(
-            f"{form} needs at least {needed} cell(s) per population; got {n} true and "
-            f"{m} predicted cell(s)"
-        )
-
-
-def _check_bandwidth(bandwidth: Any) -> float:
-    try:
-        value = float(bandwidth)
-    except (TypeError, ValueError):
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"bandwidth must be a positive finite number, got {bandwidth!r}")
-    return value
-
-
-# ----------------------------------------------------------------------------- median
-
-
-def _positive_within(pairs: _Pairs, points: torch.Tensor) -> Iterator[torch.Tensor]:
-    """1-D tensors of the positive squared distances over pairs ``i < j``."""
-    upper: torch.Tensor | None = None
-    for square, rest in pairs.within(points):
-        size = square.shape[0]
-        if upper is None or upper.shape[0] != size:
-            upper = torch.ones(size, size, dtype=torch.bool, device=points.device).triu_(1)
-        yield square[upper & (square > 0)]
-        yield rest[rest > 0]
-
-
-def _keys(values: torch.Tensor) -> torch.Tensor:
-    """Bit patterns of positive floats as int64; they order exactly as the values do."""
-    return values.contiguous().view(_KEY_DTYPE[values.dtype]).to(torch.int64)
-
-
-def _count_into(histogram: torch.Tensor, digits: torch.Tensor) -> None:
-    """Add the number of occurrences of each digit to ``histogram`` (in place)."""
-    histogram.index_add_(0, digits, torch.ones_like(digits))
-
-
-def _value_of_key(key: int, dtype: torch.dtype) -> float:
-    pattern = torch.tensor([key], dtype=torch.int64).to(_KEY_DTYPE[dtype])
-    return float(pattern.view(dtype)[0])
-
-
-class _MedianSelection:
-    """Exact order statistics of the positive within-cloud squared distances.
-
-    Values whose keys share their leading bits form a bucket. A pass over the blocks
-    builds a histogram of the next digit of the keys in the bucket holding the wanted
-    ranks, which narrows the bucket, until it fits in memory and is sorted.
-    """
-
-    def __init__(self, pairs: _Pairs, points: torch.Tensor) -> None:
-        self.pairs = pairs
-        self.points = points
-        self.dtype = points.dtype
-        self.budget = max(1, pairs.max_block_bytes // pairs.itemsize)
-
-    def _bucket(self, key: int, shift: int) -> Iterator[torch.Tensor]:
-        for values in _positive_within(self.pairs, self.points):
-            yield values[(_keys(values) >> shift) == key]
-
-    def median(self) -> float:
-        bits = _KEY_BITS[self.dtype]
-        shift = bits - _FIRST_DIGIT_BITS[self.dtype]
-        # Values are kept while they fit in the budget; past it, they are only counted
-        # per leading digit, and the selection goes on by narrowing.
-        kept: list[torch.Tensor] = []
-        kept_size = 0
-        histogram: torch.Tensor | None = None
-        for values in _positive_within(self.pairs, self.points):
-            if histogram is None:
-                if kept_size + values.numel() <= self.budget:
-                    kept.append(values)
-                    kept_size += values.numel()
-                    continue
-                histogram = torch.zeros(
-                    1 << (bits - shift), dtype=torch.int64, device=self.points.device
-                )
-                for earlier in kept:
-                    _count_into(histogram, _keys(earlier) >> shift)
-                kept = []
-            _count_into(histogram, _keys(values) >> shift)
-        if histogram is None:
-            if kept_size == 0:
-                return 0.0
-            ranks = ((kept_size - 1) // 2, kept_size // 2)
-            low, high = _order_statistics(torch.cat(kept), ranks)
-        else:
-            count = int(histogram.sum())
-            ranks = ((count - 1) // 2, count // 2)
-            low, high = self._narrow(ranks, histogram, shift)
-        return 0.5 * (math.sqrt(low) + math.sqrt(high))
-
-    def _narrow(
-        self, ranks: tuple[int, int], histogram: torch.Tensor, shift: int
-    ) -> tuple[float, float]:
-        """Order statistics ``ranks`` (adjacent, 0-based) by narrowing the bucket.
-
-        ``histogram[b]`` counts the values whose key ``>> shift`` is ``base + b``;
-        ``below`` values are smaller than all of them.
-        """
-        below, base = 0, 0
-        while True:
-            counts = histogram.cpu()
-            cumulative = below + torch.cumsum(counts, dim=0)
-            first = int(torch.searchsorted(cumulative, ranks[0], right=True))
-            second = int(torch.searchsorted(cumulative, ranks[1], right=True))
-            if first > 0:
-                below = int(cumulative[first - 1])
-            key_first, key_second = base + first, base + second
-            if key_first != key_second:
-                # The lower rank closes its bucket and the upper one opens the next
-                # non-empty bucket: one is a maximum, the other a minimum.
-                low = max(float(v.max()) for v in self._bucket(key_first, shift) if v.numel())
-                high = min(float(v.min()) for v in self._bucket(key_second, shift) if v.numel())
-                return low, high
-            if shift == 0:
-                value = _value_of_key(key_first, self.dtype)
-                return value, value
-            if int(counts[first]) <= self.budget:
-                values = torch.cat(list(self._bucket(key_first, shift)))
-                return _order_statistics(values, (ranks[0] - below, ranks[1] - below))
-            finer = max(shift - _DIGIT_BITS, 0)
-            width = shift - finer
-            histogram = torch.zeros(1 << width, dtype=torch.int64, device=self.points.device)
-            for values in self._bucket(key_first, shift):
-                digits = (_keys(values) >> finer) & ((1 << width) - 1)
-                _count_into(histogram, digits)
-            base, shift = key_first << width, finer
-
-
-def _order_statistics(values: torch.Tensor, ranks: tuple[int, int]) -> tuple[float, float]:
-    low = float(torch.kthvalue(values, ranks[0] + 1).values)
-    if ranks[1] == ranks[0]:
-        return low, low
-    return low, float(torch.kthvalue(values, ranks[1] + 1).values)
-
-
-def _median(pairs: _Pairs, points: torch.Tensor) -> float:
-    return _MedianSelection(pairs, points).median()
-
-
-# ---------------------------------------------------------------------------- metrics
+def _three_sums(
+    pairs: TorchPairs, x: torch.Tensor, y: torch.Tensor, transform: tuple[str, float]
+) -> tuple[float, float, float]:
+    """The cross sum and the two within sums over ordered pairs ``i != j``."""
+    x, y = _prepared(pairs.dtype, x, y)
+    (cross,) = pairs.sums(x, y, [transform])
+    within_x = 2.0 * pairs.sums(x, None, [transform])[0]
+    within_y = 2.0 * pairs.sums(y, None, [transform])[0]
+    return cross, within_x, within_y
 
 
 def median_pairwise_distance(
@@ -350,11 +86,8 @@ def median_pairwise_distance(
         If CUDA is requested and not available.
 
     """
-    target = resolve_device(device)
-    dtype = resolve_dtype(dtype)
-    (points,) = _prepared(dtype, as_cloud(z, "points", target))
-    with torch.no_grad():
-        return _median(_Pairs(dtype, max_block_bytes), points)
+    pairs = TorchPairs(device, dtype, max_block_bytes)
+    return pairs.median(as_cloud(z, "points", pairs.device))
 
 
 def energy_distance(
@@ -413,20 +146,11 @@ def energy_distance(
     0.993808
 
     """
-    target = resolve_device(device)
-    dtype = resolve_dtype(dtype)
-    x, y = _cloud_pair(gt, pred, target)
-    n, m = x.shape[0], y.shape[0]
-    _check_sizes(n, m, unbiased)
-    x, y = _prepared(dtype, x, y)
-    pairs = _Pairs(dtype, max_block_bytes)
-    with torch.no_grad():
-        cross = _cross_sum(pairs, x, y, _sqrt)
-        within_x = _within_sum(pairs, x, _sqrt)
-        within_y = _within_sum(pairs, y, _sqrt)
-    if unbiased:
-        return 2.0 * cross / (n * m) - within_x / (n * (n - 1)) - within_y / (m * (m - 1))
-    return 2.0 * cross / (n * m) - within_x / (n * n) - within_y / (m * m)
+    pairs = TorchPairs(device, dtype, max_block_bytes)
+    x, y = _cloud_pair(gt, pred, pairs.device)
+    check_sizes(x.shape[0], y.shape[0], unbiased)
+    sums = _three_sums(pairs, x, y, SQRT)
+    return energy_distance_from_sums(*sums, x.shape[0], y.shape[0], unbiased=unbiased)
 
 
 def mmd(
@@ -494,28 +218,16 @@ def mmd(
     0.442507
 
     """
-    target = resolve_device(device)
-    dtype = resolve_dtype(dtype)
-    x, y = _cloud_pair(gt, pred, target)
-    n, m = x.shape[0], y.shape[0]
-    _check_sizes(n, m, unbiased)
-    pairs = _Pairs(dtype, max_block_bytes)
-    with torch.no_grad():
-        if bandwidth is None:
-            (pooled,) = _prepared(dtype, torch.cat([x, y]))
-            sigma = _median(pairs, pooled) or 1.0
-        elif isinstance(bandwidth, str):
-            if bandwidth != "truth":
-                raise ValueError(f"bandwidth must be None, 'truth' or a number, got {bandwidth!r}")
-            (alone,) = _prepared(dtype, x)
-            sigma = _median(pairs, alone) or 1.0
-        else:
-            sigma = _check_bandwidth(bandwidth)
-        x, y = _prepared(dtype, x, y)
-        kernel = _rbf(sigma)
-        cross = _cross_sum(pairs, x, y, kernel)
-        within_x = _within_sum(pairs, x, kernel)
-        within_y = _within_sum(pairs, y, kernel)
-    if unbiased:
-        return within_x / (n * (n - 1)) + within_y / (m * (m - 1)) - 2.0 * cross / (n * m)
-    return (within_x + n) / (n * n) + (within_y + m) / (m * m) - 2.0 * cross / (n * m)
+    pairs = TorchPairs(device, dtype, max_block_bytes)
+    x, y = _cloud_pair(gt, pred, pairs.device)
+    check_sizes(x.shape[0], y.shape[0], unbiased)
+    if bandwidth is None:
+        sigma = pairs.median(torch.cat([x, y])) or 1.0
+    elif isinstance(bandwidth, str):
+        if bandwidth != "truth":
+            raise ValueError(f"bandwidth must be None, 'truth' or a number, got {bandwidth!r}")
+        sigma = pairs.median(x) or 1.0
+    else:
+        sigma = check_bandwidth(bandwidth)
+    sums = _three_sums(pairs, x, y, rbf_transform(sigma))
+    return mmd_from_sums(*sums, x.shape[0], y.shape[0], unbiased=unbiased)
