@@ -49,8 +49,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-DEFAULT_WORKDIR = Path("/work/bench_data")
-MAKE_DATASET = Path("/work/shared/bench/make_dataset.py")
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_WORKDIR = REPO / "bench_out"
+MAKE_DATASET = REPO.parent / "shared" / "bench" / "make_dataset.py"
 SCREEN = ["--cells", "100000", "--genes", "8000", "--perts", "700", "--ctrl-cells", "10000"]
 ILLICO_REQUIREMENT = "illico==0.6"
 
