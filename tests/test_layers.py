@@ -11,7 +11,7 @@ subpackages may import it. ``scperteval.metrics._common`` may be imported by
 ``scperteval.metrics.population`` but not by ``scperteval.engine.spaces``; a private
 name of ``scperteval.kernels.rbf`` by ``scperteval.kernels.sinkhorn`` but not by
 ``scperteval.metrics``. The root package's private modules (``scperteval._version``,
-``scperteval._memo``, ``scperteval._malloc``) are therefore the foundation every
+``scperteval._memo``) are therefore the foundation every
 module may use, as every module lies in the root package. Other libraries' private
 names are never imported.
 """
