@@ -429,15 +429,13 @@ def _square(distances: npt.ArrayLike) -> Float64Array:
     return d
 
 
-def _competitors_per_truth(d: Float64Array) -> Float64Array:
-    """For each truth j: predictions i != j at distance <= d(pred_j, truth_j)."""
-    counts = (d <= np.diag(d)[None, :]).sum(axis=0) - 1
-    return counts.astype(np.float64)
+def _competitors(d: Float64Array, axis: int) -> Float64Array:
+    """Along ``axis``, the other entries at most the diagonal one.
 
-
-def _competitors_per_prediction(d: Float64Array) -> Float64Array:
-    """For each prediction i: truths j != i at distance <= d(pred_i, truth_i)."""
-    counts = (d <= np.diag(d)[:, None]).sum(axis=1) - 1
+    Axis 0: for each truth j, predictions i != j at distance <= d(pred_j, truth_j);
+    axis 1: for each prediction i, truths j != i at distance <= d(pred_i, truth_i).
+    """
+    counts = (d <= np.expand_dims(np.diag(d), axis)).sum(axis=axis) - 1
     return counts.astype(np.float64)
 
 
@@ -451,7 +449,7 @@ def rank_from_distances(distances: npt.ArrayLike) -> Float64Array:
 
     """
     d = _square(distances)
-    result: Float64Array = _competitors_per_truth(d) / (d.shape[0] - 1)
+    result: Float64Array = _competitors(d, 0) / (d.shape[0] - 1)
     return result
 
 
@@ -465,7 +463,7 @@ def transpose_rank_from_distances(distances: npt.ArrayLike) -> Float64Array:
 
     """
     d = _square(distances)
-    result: Float64Array = _competitors_per_prediction(d) / (d.shape[0] - 1)
+    result: Float64Array = _competitors(d, 1) / (d.shape[0] - 1)
     return result
 
 
@@ -499,7 +497,7 @@ def pds_from_distances(distances: npt.ArrayLike) -> Float64Array:
 
     """
     d = _square(distances)
-    result: Float64Array = 1.0 - _competitors_per_prediction(d) / d.shape[0]
+    result: Float64Array = 1.0 - _competitors(d, 1) / d.shape[0]
     return result
 
 
