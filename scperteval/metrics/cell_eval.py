@@ -412,14 +412,14 @@ def _spearman(x: Float64Array, y: Float64Array) -> float:
     from scipy import stats
 
     # Average ranks; a NaN (never produced by the DE step) ranks with +inf.
-    rx = stats.rankdata(np.where(np.isnan(x), np.inf, x))
-    ry = stats.rankdata(np.where(np.isnan(y), np.inf, y))
-    rx -= rx.mean()
-    ry -= ry.mean()
-    denominator = float(np.sqrt(np.dot(rx, rx) * np.dot(ry, ry)))
-    if denominator == 0.0:
-        return float("nan")
-    return float(np.dot(rx, ry)) / denominator
+    return _correlation(*(stats.rankdata(np.where(np.isnan(v), np.inf, v)) for v in (x, y)))
+
+
+def _correlation(x: Float64Array, y: Float64Array) -> float:
+    """Pearson correlation; NaN when a side is constant."""
+    dx, dy = x - x.mean(), y - y.mean()
+    denominator = float(np.sqrt(np.dot(dx, dx) * np.dot(dy, dy)))
+    return float(np.dot(dx, dy)) / denominator if denominator else float("nan")
 
 
 @_register(
@@ -627,8 +627,7 @@ def pearson_edistance(
     value = float("nan")
     finite = x.size >= 2 and np.isfinite(x).all() and np.isfinite(y).all()
     if finite and not (_constant(x) or _constant(y)):
-        dx, dy = x - x.mean(), y - y.mean()
-        value = float(np.dot(dx, dy)) / float(np.sqrt(np.dot(dx, dx) * np.dot(dy, dy)))
+        value = _correlation(x, y)
     return np.full(x.size, value)
 
 

@@ -384,8 +384,5 @@ def clustering_agreement(
         truth, prediction = truth[order], prediction[order]
     real = leiden_labels(fuzzy_neighbour_graph(truth, n_neighbors), real_resolution, seed)
     graph = fuzzy_neighbour_graph(prediction, n_neighbors)
-    best = 0.0
-    for resolution in resolutions:
-        labels = leiden_labels(graph, resolution, seed)
-        best = max(best, agreement_score(real, labels, score))
-    return np.full(n, best)
+    scores = (agreement_score(real, leiden_labels(graph, r, seed), score) for r in resolutions)
+    return np.full(n, max([0.0, *scores]))

@@ -403,13 +403,10 @@ def distance_matrix(
     if distance == "sqeuclidean" and mask is None:
         return sqeuclidean_to_truths(p, shifted_truths(t))
     kept_pred, pred_index = _unique_rows(p, mask)
-    unique_pred = p[kept_pred]
-    unique_mask = None if mask is None else mask[kept_pred]
     kept_truth, truth_index = _unique_rows(t)
-    unique_truth = t[kept_truth]
-    unique_distances = _distances_of_unique(unique_pred, unique_truth, unique_mask, distance)
-    del unique_pred, unique_truth, unique_mask
-    result: Float64Array = unique_distances[np.ix_(pred_index, truth_index)]
+    unique_mask = None if mask is None else mask[kept_pred]
+    unique = _distances_of_unique(p[kept_pred], t[kept_truth], unique_mask, distance)
+    result: Float64Array = unique[np.ix_(pred_index, truth_index)]
     return result
 
 
