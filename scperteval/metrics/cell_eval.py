@@ -144,7 +144,9 @@ def check_options(k: int | None = None, alpha: float = 0.05, side: str = "pred")
         raise ValueError(f"side must be 'real' or 'pred', got {side!r}")
 
 
-def _register(name: str, description: str, **meta: Any) -> Callable[[Callable[..., Any]], Any]:
+def _register(
+    name: str, description: str, **meta: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a cell-eval metric with the defaults below; a None in ``meta`` drops a key."""
     defaults = {"representation": "control_de", "scope": "perturbation", "better": "higher"}
     meta = {**defaults, "perfect": 1.0, "check": check_options, **meta}
