@@ -145,8 +145,7 @@ def _expanded_sqeuclidean(
     d *= -2.0
     d += np.einsum("ij,ij->i", pred, pred)[:, None]
     d += truth_norms
-    result: Float64Array = np.maximum(d, 0.0)
-    return result
+    return np.maximum(d, 0.0, out=d)
 
 
 def _distances_of_unique(
