@@ -22,7 +22,8 @@ return the same value for every row, as cell-eval repeats a dataset-level value.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -143,6 +144,17 @@ def check_options(k: int | None = None, alpha: float = 0.05, side: str = "pred")
         raise ValueError(f"side must be 'real' or 'pred', got {side!r}")
 
 
+def _register(
+    name: str, description: str, **meta: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a cell-eval metric with the defaults below; a None in ``meta`` drops a key."""
+    defaults = {"representation": "control_de", "scope": "perturbation", "better": "higher"}
+    meta = {**defaults, "perfect": 1.0, "check": check_options, **meta}
+    return METRICS.register(
+        name, description=description, **{k: v for k, v in meta.items() if v is not None}
+    )
+
+
 def _pair(gt: ControlDE, pred: ControlDE) -> None:
     if len(gt) != len(pred):
         raise ValueError(f"truth has {len(gt)} genes but prediction has {len(pred)}")
@@ -187,14 +199,9 @@ def _overlap(gt: ControlDE, pred: ControlDE, k: int | None, alpha: float, by: st
     return float(np.intersect1d(real[:k_eff], predicted[:k_eff]).size) / k_eff
 
 
-@METRICS.register(
+@_register(
     "cell_eval_overlap",
-    description="cell-eval overlap_at_N: top truth DEGs by |log2FC| found among the predicted",
-    representation="control_de",
-    scope="perturbation",
-    better="higher",
-    perfect=1.0,
-    check=check_options,
+    "cell-eval overlap_at_N: top truth DEGs by |log2FC| found among the predicted",
 )
 def overlap_at_k(
     gt: ControlDE,
@@ -231,14 +238,9 @@ def overlap_at_k(
     return _overlap(gt, pred, k, alpha, "real")
 
 
-@METRICS.register(
+@_register(
     "cell_eval_precision",
-    description="cell-eval precision_at_N: top predicted DEGs by |log2FC| that are truth DEGs",
-    representation="control_de",
-    scope="perturbation",
-    better="higher",
-    perfect=1.0,
-    check=check_options,
+    "cell-eval precision_at_N: top predicted DEGs by |log2FC| that are truth DEGs",
 )
 def precision_at_k(
     gt: ControlDE,
@@ -282,13 +284,10 @@ def _auc_inputs(gt: ControlDE, pred: ControlDE) -> tuple[npt.NDArray[np.bool_], 
     return labels, (-np.log10(fdr)).astype(np.float64)
 
 
-@METRICS.register(
+@_register(
     "cell_eval_pr_auc",
-    description="cell-eval pr_auc: average precision of truth DEGs scored by predicted -log10 FDR",
-    representation="control_de",
-    scope="perturbation",
-    better="higher",
-    perfect=1.0,
+    "cell-eval pr_auc: average precision of truth DEGs scored by predicted -log10 FDR",
+    check=None,
 )
 def de_pr_auc(gt: ControlDE, pred: ControlDE, ctx: PerturbationContext | None = None) -> float:
     """Average precision of the truth's DEGs (FDR < 0.05) scored by ``-log10`` predicted FDR.
@@ -325,13 +324,10 @@ def de_pr_auc(gt: ControlDE, pred: ControlDE, ctx: PerturbationContext | None = 
     return float(np.sum(np.diff(recall, prepend=0.0) * precision))
 
 
-@METRICS.register(
+@_register(
     "cell_eval_roc_auc",
-    description="cell-eval roc_auc: ROC AUC of truth DEGs scored by predicted -log10 FDR",
-    representation="control_de",
-    scope="perturbation",
-    better="higher",
-    perfect=1.0,
+    "cell-eval roc_auc: ROC AUC of truth DEGs scored by predicted -log10 FDR",
+    check=None,
 )
 def de_roc_auc(gt: ControlDE, pred: ControlDE, ctx: PerturbationContext | None = None) -> float:
     """Area under the ROC curve of the truth's DEGs scored by ``-log10`` predicted FDR.
@@ -375,14 +371,9 @@ def _truth_degs(gt: ControlDE, pred: ControlDE, alpha: float) -> npt.NDArray[np.
     return genes
 
 
-@METRICS.register(
+@_register(
     "cell_eval_direction_match",
-    description="cell-eval de_direction_match: truth DEGs whose log2FC sign the prediction has",
-    representation="control_de",
-    scope="perturbation",
-    better="higher",
-    perfect=1.0,
-    check=check_options,
+    "cell-eval de_direction_match: truth DEGs whose log2FC sign the prediction has",
 )
 def direction_match(
     gt: ControlDE, pred: ControlDE, ctx: PerturbationContext | None = None, *, alpha: float = 0.05
@@ -423,24 +414,19 @@ def _spearman(x: Float64Array, y: Float64Array) -> float:
     from scipy import stats
 
     # Average ranks; a NaN (never produced by the DE step) ranks with +inf.
-    rx = stats.rankdata(np.where(np.isnan(x), np.inf, x))
-    ry = stats.rankdata(np.where(np.isnan(y), np.inf, y))
-    rx -= rx.mean()
-    ry -= ry.mean()
-    denominator = float(np.sqrt(np.dot(rx, rx) * np.dot(ry, ry)))
-    if denominator == 0.0:
-        return float("nan")
-    return float(np.dot(rx, ry)) / denominator
+    return _correlation(*(stats.rankdata(np.where(np.isnan(v), np.inf, v)) for v in (x, y)))
 
 
-@METRICS.register(
+def _correlation(x: Float64Array, y: Float64Array) -> float:
+    """Pearson correlation; NaN when a side is constant."""
+    dx, dy = x - x.mean(), y - y.mean()
+    denominator = float(np.sqrt(np.dot(dx, dx) * np.dot(dy, dy)))
+    return float(np.dot(dx, dy)) / denominator if denominator else float("nan")
+
+
+@_register(
     "cell_eval_spearman_lfc_sig",
-    description="cell-eval de_spearman_lfc_sig: Spearman of log2FC on the truth's DEGs",
-    representation="control_de",
-    scope="perturbation",
-    better="higher",
-    perfect=1.0,
-    check=check_options,
+    "cell-eval de_spearman_lfc_sig: Spearman of log2FC on the truth's DEGs",
 )
 def spearman_lfc_sig(
     gt: ControlDE, pred: ControlDE, ctx: PerturbationContext | None = None, *, alpha: float = 0.05
@@ -477,14 +463,9 @@ def spearman_lfc_sig(
     )
 
 
-@METRICS.register(
+@_register(
     "cell_eval_sig_genes_recall",
-    description="cell-eval de_sig_genes_recall: truth DEGs that are also predicted DEGs",
-    representation="control_de",
-    scope="perturbation",
-    better="higher",
-    perfect=1.0,
-    check=check_options,
+    "cell-eval de_sig_genes_recall: truth DEGs that are also predicted DEGs",
 )
 def sig_genes_recall(
     gt: ControlDE, pred: ControlDE, ctx: PerturbationContext | None = None, *, alpha: float = 0.05
@@ -515,14 +496,10 @@ def sig_genes_recall(
     return float(pred.significant(alpha)[genes].sum()) / genes.size
 
 
-@METRICS.register(
+@_register(
     "cell_eval_nsig_count",
-    description="cell-eval de_nsig_counts: number of significant genes of the truth or candidate",
-    representation="control_de",
-    scope="perturbation",
-    better="higher",
+    "cell-eval de_nsig_counts: number of significant genes of the truth or candidate",
     perfect=0.0,
-    check=check_options,
 )
 def nsig_count(
     gt: ControlDE,
@@ -560,19 +537,14 @@ def nsig_count(
 
     """
     _pair(gt, pred)
-    if side not in ("real", "pred"):
-        raise ValueError(f"side must be 'real' or 'pred', got {side!r}")
+    check_options(side=side)
     return float((gt if side == "real" else pred).significant(alpha).sum())
 
 
-@METRICS.register(
+@_register(
     "cell_eval_spearman_sig",
-    description="cell-eval de_spearman_sig: Spearman over perturbations of the DEG counts",
-    representation="control_de",
+    "cell-eval de_spearman_sig: Spearman over perturbations of the DEG counts",
     scope="dataset",
-    better="higher",
-    perfect=1.0,
-    check=check_options,
 )
 def spearman_nsig(
     gt: Sequence[ControlDE],
@@ -609,21 +581,20 @@ def spearman_nsig(
     """
     if len(gt) != len(pred):
         raise ValueError(f"{len(gt)} truth tables but {len(pred)} predicted ones")
-    real = np.array([view.significant(alpha).sum() for view in gt], dtype=np.float64)
-    predicted = np.array([view.significant(alpha).sum() for view in pred], dtype=np.float64)
+    real, predicted = (
+        np.array([v.significant(alpha).sum() for v in side], float) for side in (gt, pred)
+    )
     keep = real > 0
     value = 1.0 if not keep.any() else _spearman(real[keep], predicted[keep])
     return np.full(len(gt), value)
 
 
-@METRICS.register(
+@_register(
     "cell_eval_pearson_edistance",
-    description="cell-eval pearson_edistance: Pearson over perturbations of energy distances "
-    "to the control",
+    "cell-eval pearson_edistance: Pearson over perturbations of energy distances to the control",
     representation="control_edistance",
     scope="dataset",
-    better="higher",
-    perfect=1.0,
+    check=None,
 )
 def pearson_edistance(
     gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: DatasetContext | None = None
@@ -658,8 +629,7 @@ def pearson_edistance(
     value = float("nan")
     finite = x.size >= 2 and np.isfinite(x).all() and np.isfinite(y).all()
     if finite and not (_constant(x) or _constant(y)):
-        dx, dy = x - x.mean(), y - y.mean()
-        value = float(np.dot(dx, dy)) / float(np.sqrt(np.dot(dx, dx) * np.dot(dy, dy)))
+        value = _correlation(x, y)
     return np.full(x.size, value)
 
 

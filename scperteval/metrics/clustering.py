@@ -69,7 +69,7 @@ Float64Array = npt.NDArray[np.float64]
 DEFAULT_RESOLUTIONS = (0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0)
 #: Agreement scores between two clusterings.
 SCORES = ("ami", "nmi", "ari")
-#: Where a thread keeps the seeded generator its Leiden run draws from.
+#: Where a thread keeps the seeded state its Leiden run draws from.
 _GENERATOR_ATTRIBUTE = "scperteval_igraph_generator"
 
 
@@ -161,33 +161,6 @@ def fuzzy_neighbour_graph(points: npt.ArrayLike, n_neighbors: int = 15) -> spars
     return union
 
 
-class _SeededGenerator:
-    """igraph's random source drawn from ``numpy.random.RandomState(seed)``.
-
-    The methods igraph calls, mapped on the legacy numpy generator as scanpy maps them,
-    so that a clustering repeats scanpy's for the same seed.
-    """
-
-    def __init__(self, seed: int) -> None:
-        self._state = np.random.RandomState(seed)
-
-    def getrandbits(self, bits: int) -> int:
-        """``bits`` random bits."""
-        return int(self._state.tomaxint()) & ((1 << bits) - 1)
-
-    def randint(self, low: int, high: int) -> int:
-        """A random integer in ``[low, high]``."""
-        return int(self._state.randint(low, high + 1))
-
-    def random(self) -> float:
-        """A random float in ``[0, 1)``."""
-        return float(self._state.random_sample())
-
-    def gauss(self, mu: float, sigma: float) -> float:
-        """A normal random number."""
-        return float(self._state.normal(mu, sigma))
-
-
 def _igraph() -> Any:
     try:
         import igraph
@@ -197,39 +170,49 @@ def _igraph() -> Any:
 
 
 class _CallingThreadsGenerator:
-    """igraph's random source: the seeded generator of the thread that draws, else ``random``.
+    """igraph's random source: the seeded state of the thread that draws, else ``random``.
 
     igraph has one random source per process and calls it from the thread running
     the algorithm. With this source installed, Leiden runs on two threads (two runs
-    in one process) each draw from their own seed, and a thread with no seeded
-    generator draws from :mod:`random`, igraph's default; so it is never taken out.
+    in one process) each draw from their own ``numpy.random.RandomState(seed)``, the
+    methods igraph calls mapped on that legacy generator as scanpy maps them (so that
+    a clustering repeats scanpy's for the same seed); a thread with no seeded state
+    draws from :mod:`random`, igraph's default, so it is never taken out.
     """
 
     @staticmethod
-    def _source() -> Any:
-        return getattr(threading.current_thread(), _GENERATOR_ATTRIBUTE, random)
+    def _state() -> np.random.RandomState | None:
+        return getattr(threading.current_thread(), _GENERATOR_ATTRIBUTE, None)
 
     def getrandbits(self, bits: int) -> int:
         """``bits`` random bits."""
-        return int(self._source().getrandbits(bits))
+        if (state := self._state()) is None:
+            return random.getrandbits(bits)
+        return int(state.tomaxint()) & ((1 << bits) - 1)
 
     def randint(self, low: int, high: int) -> int:
         """A random integer in ``[low, high]``."""
-        return int(self._source().randint(low, high))
+        if (state := self._state()) is None:
+            return random.randint(low, high)
+        return int(state.randint(low, high + 1))
 
     def random(self) -> float:
         """A random float in ``[0, 1)``."""
-        return float(self._source().random())
+        if (state := self._state()) is None:
+            return random.random()
+        return float(state.random_sample())
 
     def gauss(self, mu: float, sigma: float) -> float:
         """A normal random number."""
-        return float(self._source().gauss(mu, sigma))
+        if (state := self._state()) is None:
+            return random.gauss(mu, sigma)
+        return float(state.normal(mu, sigma))
 
 
 @contextmanager
 def _seeded(igraph: Any, seed: int) -> Iterator[None]:
     thread = threading.current_thread()
-    setattr(thread, _GENERATOR_ATTRIBUTE, _SeededGenerator(seed))
+    setattr(thread, _GENERATOR_ATTRIBUTE, np.random.RandomState(seed))
     igraph.set_random_number_generator(_CallingThreadsGenerator())
     try:
         yield
@@ -384,8 +367,5 @@ def clustering_agreement(
         truth, prediction = truth[order], prediction[order]
     real = leiden_labels(fuzzy_neighbour_graph(truth, n_neighbors), real_resolution, seed)
     graph = fuzzy_neighbour_graph(prediction, n_neighbors)
-    best = 0.0
-    for resolution in resolutions:
-        labels = leiden_labels(graph, resolution, seed)
-        best = max(best, agreement_score(real, labels, score))
-    return np.full(n, best)
+    scores = (agreement_score(real, leiden_labels(graph, r, seed), score) for r in resolutions)
+    return np.full(n, max([0.0, *scores]))

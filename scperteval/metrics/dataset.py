@@ -145,8 +145,7 @@ def _expanded_sqeuclidean(
     d *= -2.0
     d += np.einsum("ij,ij->i", pred, pred)[:, None]
     d += truth_norms
-    result: Float64Array = np.maximum(d, 0.0)
-    return result
+    return np.maximum(d, 0.0, out=d)
 
 
 def _distances_of_unique(
@@ -403,13 +402,10 @@ def distance_matrix(
     if distance == "sqeuclidean" and mask is None:
         return sqeuclidean_to_truths(p, shifted_truths(t))
     kept_pred, pred_index = _unique_rows(p, mask)
-    unique_pred = p[kept_pred]
-    unique_mask = None if mask is None else mask[kept_pred]
     kept_truth, truth_index = _unique_rows(t)
-    unique_truth = t[kept_truth]
-    unique_distances = _distances_of_unique(unique_pred, unique_truth, unique_mask, distance)
-    del unique_pred, unique_truth, unique_mask
-    result: Float64Array = unique_distances[np.ix_(pred_index, truth_index)]
+    unique_mask = None if mask is None else mask[kept_pred]
+    unique = _distances_of_unique(p[kept_pred], t[kept_truth], unique_mask, distance)
+    result: Float64Array = unique[np.ix_(pred_index, truth_index)]
     return result
 
 
@@ -429,15 +425,13 @@ def _square(distances: npt.ArrayLike) -> Float64Array:
     return d
 
 
-def _competitors_per_truth(d: Float64Array) -> Float64Array:
-    """For each truth j: predictions i != j at distance <= d(pred_j, truth_j)."""
-    counts = (d <= np.diag(d)[None, :]).sum(axis=0) - 1
-    return counts.astype(np.float64)
+def _competitors(d: Float64Array, axis: int) -> Float64Array:
+    """Along ``axis``, the other entries at most the diagonal one.
 
-
-def _competitors_per_prediction(d: Float64Array) -> Float64Array:
-    """For each prediction i: truths j != i at distance <= d(pred_i, truth_i)."""
-    counts = (d <= np.diag(d)[:, None]).sum(axis=1) - 1
+    Axis 0: for each truth j, predictions i != j at distance <= d(pred_j, truth_j);
+    axis 1: for each prediction i, truths j != i at distance <= d(pred_i, truth_i).
+    """
+    counts = (d <= np.expand_dims(np.diag(d), axis)).sum(axis=axis) - 1
     return counts.astype(np.float64)
 
 
@@ -451,7 +445,7 @@ def rank_from_distances(distances: npt.ArrayLike) -> Float64Array:
 
     """
     d = _square(distances)
-    result: Float64Array = _competitors_per_truth(d) / (d.shape[0] - 1)
+    result: Float64Array = _competitors(d, 0) / (d.shape[0] - 1)
     return result
 
 
@@ -465,7 +459,7 @@ def transpose_rank_from_distances(distances: npt.ArrayLike) -> Float64Array:
 
     """
     d = _square(distances)
-    result: Float64Array = _competitors_per_prediction(d) / (d.shape[0] - 1)
+    result: Float64Array = _competitors(d, 1) / (d.shape[0] - 1)
     return result
 
 
@@ -499,7 +493,7 @@ def pds_from_distances(distances: npt.ArrayLike) -> Float64Array:
 
     """
     d = _square(distances)
-    result: Float64Array = 1.0 - _competitors_per_prediction(d) / d.shape[0]
+    result: Float64Array = 1.0 - _competitors(d, 1) / d.shape[0]
     return result
 
 

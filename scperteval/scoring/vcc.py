@@ -64,20 +64,9 @@ BEST_ZERO = frozenset({"mae", "mse", "mae_delta", "mse_delta"})
 #: cell-eval metrics whose best value is 1.
 BEST_ONE = frozenset(
     {f"{m}_at_{n}" for m in ("overlap", "precision") for n in ("N", 50, 100, 200, 500)}
-    | {
-        "de_spearman_sig",
-        "de_direction_match",
-        "de_spearman_lfc_sig",
-        "de_sig_genes_recall",
-        "pr_auc",
-        "roc_auc",
-        "pearson_delta",
-        "discrimination_score_l1",
-        "discrimination_score_l2",
-        "discrimination_score_cosine",
-        "pearson_edistance",
-        "clustering_agreement",
-    }
+    | {"de_spearman_sig", "de_direction_match", "de_spearman_lfc_sig", "de_sig_genes_recall"}
+    | {"discrimination_score_l1", "discrimination_score_l2", "discrimination_score_cosine"}
+    | {"pr_auc", "roc_auc", "pearson_delta", "pearson_edistance", "clustering_agreement"}
 )
 _REQUIRED = ("protocol", "source_name", "value", "reason")
 
@@ -152,6 +141,7 @@ def vcc_scores(
             f"baseline {baseline!r} not in the results; candidates: {', '.join(means.index)}"
         )
     names = [m for m in means.index if m != baseline] if models is None else list(models)
+    names = list(dict.fromkeys(names))
     unknown = [m for m in names if m not in means.index]
     if unknown:
         raise SpecError(f"model(s) {', '.join(unknown)} not in the results")
@@ -159,23 +149,16 @@ def vcc_scores(
     one = [p for p in means.columns if p in BEST_ONE]
     if not zero and not one:
         raise SpecError("no protocol of the results is a scored cell-eval metric")
-    base = means.loc[baseline]
-    rows = {}
-    for name in names:
-        user = means.loc[name]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            scaled = np.concatenate(
-                [
-                    1.0 - user[zero].to_numpy(float) / base[zero].to_numpy(float),
-                    (user[one].to_numpy(float) - base[one].to_numpy(float))
-                    / (1.0 - base[one].to_numpy(float)),
-                ]
-            )
-        scaled[np.isnan(scaled)] = 0.0
-        scaled = np.clip(scaled, 0.0, None)
-        rows[name] = [*scaled, float(scaled.mean())]
-    table = pd.DataFrame.from_dict(rows, orient="index", columns=[*zero, *one, "avg_score"])
-    table.index.name = "model"
+    columns = [*zero, *one]
+    user = means.loc[names, columns].to_numpy(float)
+    base = means.loc[baseline, columns].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scaled = np.where(
+            np.arange(len(columns)) < len(zero), 1.0 - user / base, (user - base) / (1.0 - base)
+        )
+    scaled = np.clip(np.where(np.isnan(scaled), 0.0, scaled), 0.0, None)
+    table = pd.DataFrame(scaled, index=pd.Index(names, name="model"), columns=columns)
+    table["avg_score"] = [float(row.mean()) for row in scaled]
     return table
 
 
@@ -183,8 +166,7 @@ def _challenge_definitions() -> dict[str, tuple[str, ...]]:
     from scperteval.engine.suites import resolve_protocols
 
     return {
-        p.name: tuple(str(p.describe()[k]) for k in _DEFINING)
-        for p in resolve_protocols("vcc2025")
+        p.name: tuple(str(p.describe()[k]) for k in _DEFINING) for p in resolve_protocols("vcc2025")
     }
 
 
