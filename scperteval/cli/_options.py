@@ -21,7 +21,7 @@ EXAMPLE_SETTINGS: Mapping[str, Any] = MappingProxyType(
         "seed": 0,
     }
 )
-DE_METHOD_CHOICES = ["t-test", "t-test_overestim_var", "wilcoxon"]
+DE_METHOD_CHOICES = ("t-test", "t-test_overestim_var", "wilcoxon")
 
 
 def add_dataset_options(parser: argparse.ArgumentParser) -> None:
