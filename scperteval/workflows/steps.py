@@ -49,7 +49,6 @@ __all__ = [
     "check_calibratable",
     "check_job_options",
     "check_run_options",
-    "compute_group_statistics",
     "load_and_hash",
     "open_engine",
     "run_summary",
@@ -300,12 +299,6 @@ def build_engine(
     )
 
 
-def compute_group_statistics(engine: Engine, timer: Timer, executor: Any) -> None:
-    """The one pass over the data, timed apart (on the cluster with a dask client)."""
-    with timer.step("group_statistics"):
-        group_statistics(engine, executor)
-
-
 def run_protocol_tasks(
     engine: Engine,
     protocols: Sequence[Protocol],
@@ -339,7 +332,9 @@ def run_protocol_tasks(
         The tidy per-perturbation results.
 
     """
-    compute_group_statistics(engine, timer, executor)
+    # The one pass over the data, timed apart (on the cluster with a dask client).
+    with timer.step("group_statistics"):
+        group_statistics(engine, executor)
     with (
         timer.step("protocols"),
         progress_bar("protocols", task_count(engine, protocols), progress) as bar,
