@@ -191,15 +191,10 @@ def calibrate(
     timer = Timer()
     started = time.time()
     thresholds = thresholds or Thresholds()
+    # Options both the checks and the engine take.
+    shared = {"seed": seed, "de_method": de_method, "device": device, "precision": precision}
     chosen, workers, cap = check_job_options(
-        protocols,
-        out=out,
-        seed=seed,
-        workers=workers,
-        device=device,
-        precision=precision,
-        de_method=de_method,
-        max_population_cells=max_population_cells,
+        protocols, out=out, workers=workers, max_population_cells=max_population_cells, **shared
     )
     # Only a run written to a folder records the checksum.
     engine, checksum = open_engine(
@@ -208,13 +203,10 @@ def calibrate(
         dataset_options,
         checksum=out is not None,
         truth="half",
-        seed=seed,
-        de_method=de_method,
         sample_cells=sample_cells,
-        device=device,
-        precision=precision,
         de_tables=de_tables,
         max_population_cells=cap,
+        **shared,
     )
     results = run_protocol_tasks(
         engine, chosen, timer, workers=workers, executor=executor, progress=progress

@@ -178,15 +178,10 @@ def score(
         raise SpecError(f"min_perturbations must be at least 1, got {min_perturbations}")
     if isinstance(predictions, Mapping) and not predictions:
         raise SpecError("give at least one model to score (predictions={'name': ...})")
+    # Options both the checks and the engine take.
+    shared = {"seed": seed, "de_method": de_method, "device": device, "precision": precision}
     chosen, workers, cap = check_job_options(
-        protocols,
-        out=out,
-        seed=seed,
-        workers=workers,
-        device=device,
-        precision=precision,
-        de_method=de_method,
-        max_population_cells=max_population_cells,
+        protocols, out=out, workers=workers, max_population_cells=max_population_cells, **shared
     )
     baseline_names = _baseline_names(baselines, truth, has_challenge_terms(chosen))
     engine, checksum = open_engine(
@@ -195,13 +190,10 @@ def score(
         dataset_options,
         checksum=True,
         truth=truth,
-        seed=seed,
-        de_method=de_method,
         sample_cells=sample_cells,
-        device=device,
-        precision=precision,
         de_tables=de_tables,
         max_population_cells=cap,
+        **shared,
     )
     assert checksum is not None
     dataset = engine.context.dataset
