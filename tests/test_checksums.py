@@ -61,6 +61,29 @@ def test_background_checksum_equals_direct_one(tmp_path):
     assert dataset_checksum(in_memory).startswith("md5-memory:")
 
 
+def test_a_hash_taken_over_between_chunks_is_the_files_md5(tmp_path):
+    from scperteval.runinfo.checksums import _FileHash
+
+    class PauseAfter:
+        """Asks a hash to pause once it has hashed ``chunks`` chunks."""
+
+        def __init__(self, chunks):
+            self.asked = -1
+            self.chunks = chunks
+
+        def is_set(self):
+            self.asked += 1
+            return self.asked >= self.chunks
+
+    path = tmp_path / "blob.bin"
+    payload = bytes(range(256)) * 40 + b"tail"
+    path.write_bytes(payload)
+    partial = _FileHash(path, chunk_bytes=1000)
+    assert partial.advance(pause=PauseAfter(3)) is None  # 3 of 11 chunks hashed
+    assert partial.advance() == hashlib.md5(payload).hexdigest()
+    assert partial.advance() == hashlib.md5(payload).hexdigest()  # once finished, kept
+
+
 def test_a_background_checksum_reports_the_error_of_its_hash(tmp_path):
     pending = start_input_checksum(tmp_path / "missing.h5ad")
     with pytest.raises(FileNotFoundError):

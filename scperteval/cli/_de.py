@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
-from scperteval.cli._options import add_dataset_options, dataset_kwargs
-
-EXAMPLE_SETTINGS: Mapping[str, Any] = MappingProxyType(
-    {
-        "n_perturbations": 12,
-        "n_genes": 300,
-        "cells_per_perturbation": 80,
-        "n_covariates": 2,
-        "n_combinations": 3,
-        "seed": 0,
-    }
+from scperteval.cli._options import (
+    DE_METHOD_CHOICES,
+    EXAMPLE_SETTINGS,
+    add_dataset_options,
+    add_input_argument,
+    dataset_kwargs,
+    input_data,
 )
+
+__all__ = ["EXAMPLE_SETTINGS", "add_parser", "run"]
 
 
 def add_parser(commands: Any) -> None:
@@ -33,18 +29,12 @@ def add_parser(commands: Any) -> None:
             "cells of its covariate group (rest) or its controls, written to DIR/de.parquet."
         ),
     )
-    source = de.add_mutually_exclusive_group(required=True)
-    source.add_argument("data", nargs="?", help="input .h5ad file (log-normalised)")
-    source.add_argument(
-        "--example",
-        action="store_true",
-        help="run on a small simulated dataset (12 perturbations, 2 cell lines)",
-    )
+    add_input_argument(de, "run on a small simulated dataset (12 perturbations, 2 cell lines)")
     add_dataset_options(de)
     de.add_argument(
         "--method",
         default="t-test",
-        choices=["t-test", "t-test_overestim_var", "wilcoxon"],
+        choices=DE_METHOD_CHOICES,
         help="test (default: t-test, Welch)",
     )
     de.add_argument("--reference", default="rest", choices=["rest", "control"])
@@ -58,21 +48,12 @@ def run(args: argparse.Namespace) -> int:
     """Run ``scperteval de``."""
     from scperteval.workflows.de import de
 
-    if args.example:
-        from scperteval.simulation import simulate
-
-        data: Any = simulate(**EXAMPLE_SETTINGS)
-        args.perturbation_key = "perturbation"
-        args.covariate_key = args.covariate_key or "cell_line"
-        source = "simulated example"
-    else:
-        data = args.data
-        source = args.data
+    source = "simulated example" if args.example else args.data
+    data = input_data(args)
     started = time.perf_counter()
-    options = dataset_kwargs(args)
     table = de(
         data,
-        **options,
+        **dataset_kwargs(args),
         method=args.method,
         reference=args.reference,
         half=args.half,

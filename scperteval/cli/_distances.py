@@ -164,38 +164,31 @@ def run(args: argparse.Namespace) -> int:
         "n_jobs": args.threads,
     }
     metric = checked["distance"]
+    against = (adata, args.groupby, args.reference, metric)
     if args.reference is None:
         result: Any = pairwise(adata, args.groupby, metric, **common)
-        table = result.reset_index()
         what = f"{len(result.columns)} x {len(result.columns)} pairwise {metric.name}"
     elif args.permutations:
         result = permutation_test(
-            adata,
-            args.groupby,
-            args.reference,
-            metric,
+            *against,
             n_permutations=args.permutations,
             seed=args.seed,
             correction=args.correction,
             alpha=args.alpha,
             **common,
         )
-        table = result.reset_index()
         what = (
             f"{metric.name} to {args.reference!r} for {len(result)} groups, "
             f"{args.permutations} permutations: {int(result['significant'].sum())} significant "
             f"({args.correction}, alpha {args.alpha})"
         )
     else:
-        result = onesided(adata, args.groupby, args.reference, metric, **common)
-        table = result.reset_index()
+        result = onesided(*against, **common)
         what = f"{metric.name} to {args.reference!r} for {len(result)} groups"
+    table = result.reset_index()
     if args.bootstrap:
         intervals = bootstrap(
-            adata,
-            args.groupby,
-            args.reference,
-            metric,
+            *against,
             n_bootstrap=args.bootstrap,
             seed=args.seed,
             confidence=args.confidence,
@@ -209,10 +202,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     path = out / f"distances.{args.format}"
     table.columns = [str(c) for c in table.columns]
-    if args.format == "csv":
-        write_atomic(path, lambda p: table.to_csv(p, index=False))
-    else:
-        write_atomic(path, lambda p: table.to_parquet(p, index=False))
+    write_atomic(path, lambda p: getattr(table, f"to_{args.format}")(p, index=False))
     written = [path]
     if not args.no_figure:
         values = result["distance"] if args.permutations else result

@@ -3,19 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 from types import MappingProxyType
 from typing import Any
 
-KINDS = (
-    "protocols",
-    "metrics",
-    "spaces",
-    "sources",
-    "calibrators",
-    "de-methods",
-    "suites",
-    "distances",
-)
 KIND_DESCRIPTIONS = MappingProxyType(
     {
         "protocols": "the protocols of a suite (-p SUITE; default: the whole catalogue)",
@@ -26,6 +17,18 @@ KIND_DESCRIPTIONS = MappingProxyType(
         "de-methods": "differential expression methods",
         "suites": "the protocol suites shipped with scperteval",
         "distances": "distances between groups of cells (scperteval distances)",
+    }
+)
+KINDS = tuple(KIND_DESCRIPTIONS)
+#: The module and name of the registry each other kind lists.
+_REGISTRIES = MappingProxyType(
+    {
+        "metrics": ("scperteval.metrics", "METRICS"),
+        "spaces": ("scperteval.engine.spaces", "SPACES"),
+        "de-methods": ("scperteval.stats.de_methods", "DE_METHODS"),
+        "distances": ("scperteval.distances", "DISTANCES"),
+        "sources": ("scperteval.engine.sources", "SOURCES"),
+        "calibrators": ("scperteval.engine.calibrators", "CALIBRATORS"),
     }
 )
 
@@ -62,34 +65,9 @@ def rows(kind: str, suite: str = "default") -> list[tuple[str, str]]:
         from scperteval.engine.suites import available_suites
 
         return sorted(available_suites().items())
-    registry = _registry(kind)
+    module, name = _REGISTRIES[kind]
+    registry = getattr(importlib.import_module(module), name)
     return [(entry.name, _entry_line(entry)) for entry in registry]
-
-
-def _registry(kind: str) -> Any:
-    if kind == "metrics":
-        from scperteval.metrics import METRICS
-
-        return METRICS
-    if kind == "spaces":
-        from scperteval.engine.spaces import SPACES
-
-        return SPACES
-    if kind == "de-methods":
-        from scperteval.stats.de_methods import DE_METHODS
-
-        return DE_METHODS
-    if kind == "distances":
-        from scperteval.distances import DISTANCES
-
-        return DISTANCES
-    if kind == "sources":
-        from scperteval.engine.sources import SOURCES
-
-        return SOURCES
-    from scperteval.engine.calibrators import CALIBRATORS
-
-    return CALIBRATORS
 
 
 def _protocol_line(protocol: Any) -> str:

@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import Any
 
 from scperteval.errors import SpecError
+
+#: The simulated data of ``--example``.
+EXAMPLE_SETTINGS: Mapping[str, Any] = MappingProxyType(
+    {
+        "n_perturbations": 12,
+        "n_genes": 300,
+        "cells_per_perturbation": 80,
+        "n_covariates": 2,
+        "n_combinations": 3,
+        "seed": 0,
+    }
+)
+DE_METHOD_CHOICES = ("t-test", "t-test_overestim_var", "wilcoxon")
 
 
 def add_dataset_options(parser: argparse.ArgumentParser) -> None:
@@ -75,8 +89,41 @@ def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def add_compute_options(parser: argparse.ArgumentParser) -> None:
-    """Options that say where the population metrics are computed."""
+def add_input_argument(parser: argparse.ArgumentParser, example_help: str) -> None:
+    """The input file, or ``--example`` for the simulated example instead."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("data", nargs="?", help="input .h5ad file (log-normalised)")
+    source.add_argument("--example", action="store_true", help=example_help)
+
+
+def input_data(args: argparse.Namespace) -> Any:
+    """The input path, or the simulated example (whose label columns are then set in ``args``)."""
+    if not args.example:
+        return args.data
+    from scperteval.simulation import simulate
+
+    args.perturbation_key = "perturbation"
+    args.covariate_key = args.covariate_key or "cell_line"
+    return simulate(**EXAMPLE_SETTINGS)
+
+
+def add_engine_options(
+    parser: argparse.ArgumentParser,
+    *,
+    protocols_help: str,
+    seed_help: str | None = None,
+    de_method_help: str | None = None,
+) -> None:
+    """Options of the jobs that run protocols: protocols, dataset, seed and computation."""
+    parser.add_argument("-p", "--protocols", default="default", help=protocols_help)
+    add_dataset_options(parser)
+    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="threads (default: the CPU cores available, at most 8)",
+    )
     group = parser.add_argument_group("computation")
     group.add_argument(
         "--device",
@@ -98,12 +145,40 @@ def add_compute_options(parser: argparse.ArgumentParser) -> None:
         help="cells energy distance, MMD and Sinkhorn use of each population at most, "
         "a seeded sample (default 2000); 'all' uses every cell",
     )
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="address of a running dask scheduler (e.g. tcp://host:8786): compute the "
+        "group statistics and protocol tasks on its workers, with the same results "
+        "(needs scperteval[dask]; --workers is then ignored)",
+    )
+    parser.add_argument(
+        "--de-method", default="t-test", choices=DE_METHOD_CHOICES, help=de_method_help
+    )
+    parser.add_argument(
+        "--de-table",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="differential expression computed earlier, read instead of computed "
+        "(repeatable): a 'scperteval de' output folder, or a cell-eval/pdex table "
+        "(.csv/.parquet with target, feature, p_value, fdr, log2_fold_change, statistic)",
+    )
 
 
-def compute_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """Keyword arguments of the Python API from the computation options."""
-    device = None if args.device in (None, "", "numpy") else args.device
-    options: dict[str, Any] = {"device": device, "precision": args.precision}
+def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments of ``calibrate`` and ``score`` from :func:`add_engine_options`."""
+    options: dict[str, Any] = {
+        "protocols": args.protocols,
+        **dataset_kwargs(args),
+        "seed": args.seed,
+        "de_method": args.de_method,
+        "workers": args.workers,
+        "device": None if args.device in (None, "", "numpy") else args.device,
+        "precision": args.precision,
+        "de_tables": args.de_table,
+    }
     if args.max_population_cells is not None:
         from scperteval.engine.population_cap import check_max_population_cells
 
@@ -118,29 +193,16 @@ def compute_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def add_de_table_option(parser: argparse.ArgumentParser) -> None:
-    """``--de-table PATH``: read the truth's DE instead of computing it."""
-    parser.add_argument(
-        "--de-table",
-        action="append",
-        default=[],
-        metavar="PATH",
-        help="differential expression computed earlier, read instead of computed "
-        "(repeatable): a 'scperteval de' output folder, or a cell-eval/pdex table "
-        "(.csv/.parquet with target, feature, p_value, fdr, log2_fold_change, statistic)",
-    )
+def parse_thresholds(text: str | None) -> Any:
+    """``--thresholds`` as :class:`~scperteval.engine.calibrators.Thresholds` (``None`` kept)."""
+    from scperteval.engine.calibrators import Thresholds
 
-
-def add_scheduler_option(parser: argparse.ArgumentParser) -> None:
-    """``--scheduler ADDRESS``: compute on a running dask cluster."""
-    parser.add_argument(
-        "--scheduler",
-        default=None,
-        metavar="ADDRESS",
-        help="address of a running dask scheduler (e.g. tcp://host:8786): compute the "
-        "group statistics and protocol tasks on its workers, with the same results "
-        "(needs scperteval[dask]; --workers is then ignored)",
-    )
+    if text is None:
+        return None
+    try:
+        return Thresholds.parse(text)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
 
 
 @contextmanager
@@ -158,33 +220,26 @@ def cluster_client(address: str | None) -> Iterator[Any]:
         client.close()
 
 
-def population_cap_line(info: dict[str, Any]) -> str | None:
-    """The populations the cell cap subsampled, as one line (or None when it cut none)."""
-    cap = info.get("population_cap") or {}
-    count = cap.get("n_subsampled", 0)
-    if not count:
-        return None
-    sources = ", ".join(f"{name} {n}" for name, n in cap.get("by_source", {}).items())
-    return (
-        f"population protocols used a seeded sample of {cap['max_population_cells']} cells "
-        f"of {count} larger population(s) ({sources}); --max-population-cells all uses "
-        "every cell"
-    )
-
-
-def left_out_line(info: dict[str, Any], min_cells: int) -> str | None:
-    """The perturbations a run left out for having too few cells, as one line (or None)."""
+def print_run_notes(info: dict[str, Any], min_cells: int) -> None:
+    """Print the perturbations left out for too few cells and the populations the cap cut."""
     left_out = info.get("left_out") or []
-    if not left_out:
-        return None
-    shown = ", ".join(
-        f"{item['perturbation']}"
-        + ("" if item["covariate"] == "all" else f" ({item['covariate']})")
-        + f": {item['cells']}"
-        for item in left_out[:10]
-    )
-    more = f" and {len(left_out) - 10} more" if len(left_out) > 10 else ""
-    return (
-        f"left out {len(left_out)} perturbation(s) with fewer than {min_cells} cells "
-        f"(cells): {shown}{more}"
-    )
+    if left_out:
+        shown = ", ".join(
+            f"{item['perturbation']}"
+            + ("" if item["covariate"] == "all" else f" ({item['covariate']})")
+            + f": {item['cells']}"
+            for item in left_out[:10]
+        )
+        more = f" and {len(left_out) - 10} more" if len(left_out) > 10 else ""
+        print(
+            f"left out {len(left_out)} perturbation(s) with fewer than {min_cells} cells "
+            f"(cells): {shown}{more}"
+        )
+    cap = info.get("population_cap") or {}
+    if cap.get("n_subsampled", 0):
+        sources = ", ".join(f"{name} {n}" for name, n in cap.get("by_source", {}).items())
+        print(
+            f"population protocols used a seeded sample of {cap['max_population_cells']} "
+            f"cells of {cap['n_subsampled']} larger population(s) ({sources}); "
+            "--max-population-cells all uses every cell"
+        )

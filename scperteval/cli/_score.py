@@ -7,16 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from scperteval.cli._options import (
-    add_compute_options,
-    add_dataset_options,
-    add_de_table_option,
-    add_scheduler_option,
+    add_engine_options,
     cluster_client,
-    compute_kwargs,
-    dataset_kwargs,
-    left_out_line,
-    population_cap_line,
+    engine_kwargs,
+    parse_thresholds,
+    print_run_notes,
 )
+from scperteval.errors import SpecError
 
 
 def add_parser(commands: Any) -> None:
@@ -60,21 +57,7 @@ def add_parser(commands: Any) -> None:
         "its own predicted control cells (rows labelled with the control label), as "
         "cell-eval does; needs --truth all (default: the measured control cells)",
     )
-    score.add_argument("-p", "--protocols", default="default", help="suite, .toml or names")
-    add_dataset_options(score)
-    score.add_argument("--seed", type=int, default=0)
-    score.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        help="threads (default: the CPU cores available, at most 8)",
-    )
-    add_compute_options(score)
-    add_scheduler_option(score)
-    score.add_argument(
-        "--de-method", default="t-test", choices=["t-test", "t-test_overestim_var", "wilcoxon"]
-    )
-    add_de_table_option(score)
+    add_engine_options(score, protocols_help="suite, .toml or names")
     score.add_argument(
         "--truth",
         default="half",
@@ -129,21 +112,7 @@ def _add_report_options(parser: argparse.ArgumentParser, defaults: bool = True) 
     parser.add_argument("--no-figures", action="store_true", help="skip the figures")
 
 
-def _thresholds(text: str | None) -> Any:
-    from scperteval.engine.calibrators import Thresholds
-    from scperteval.errors import SpecError
-
-    if text is None:
-        return None
-    try:
-        return Thresholds.parse(text)
-    except ValueError as exc:
-        raise SpecError(str(exc)) from None
-
-
 def _min_perturbations(value: int | None) -> Any:
-    from scperteval.errors import SpecError
-
     if value is not None and value < 1:
         raise SpecError(f"--min-perturbations must be at least 1, got {value}")
     return value
@@ -166,8 +135,6 @@ def _print(result: Any, out: Path) -> None:
 
 def run_score(args: argparse.Namespace) -> int:
     """Run ``scperteval score``."""
-    from scperteval.errors import SpecError
-
     if not args.pred:
         raise SpecError("give at least one model with --pred NAME=PATH (or a folder)")
     from scperteval.workflows.score import score
@@ -176,30 +143,22 @@ def run_score(args: argparse.Namespace) -> int:
         result = score(
             args.data,
             args.pred,
-            protocols=args.protocols,
-            **dataset_kwargs(args),
-            seed=args.seed,
-            de_method=args.de_method,
+            **engine_kwargs(args),
             truth=args.truth,
             baselines=not args.no_baselines,
             allow_missing=args.allow_missing,
             deltas=args.delta,
             control="predicted" if args.control_from_predictions else "measured",
-            de_tables=args.de_table,
             aggregate=args.aggregate,
-            thresholds=_thresholds(args.thresholds),
+            thresholds=parse_thresholds(args.thresholds),
             correction=args.correction,
             min_perturbations=_min_perturbations(args.min_perturbations),
-            workers=args.workers,
-            **compute_kwargs(args),
             executor=client,
             out=args.out,
             figures=not args.no_figures,
         )
     _print(result, Path(args.out))
-    for line in (left_out_line(result.info, args.min_cells), population_cap_line(result.info)):
-        if line:
-            print(line)
+    print_run_notes(result.info, args.min_cells)
     return 0
 
 
@@ -210,7 +169,7 @@ def run_report(args: argparse.Namespace) -> int:
     result = report(
         args.folders,
         out=args.out,
-        thresholds=_thresholds(args.thresholds),
+        thresholds=parse_thresholds(args.thresholds),
         aggregate=args.aggregate,
         correction=args.correction,
         figures=not args.no_figures,

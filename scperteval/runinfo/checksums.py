@@ -5,7 +5,8 @@ of data given in memory (``"md5-memory:..."``), so that runs on the same data ca
 be told apart from runs on different data. The run that loads the input starts
 its checksum (:func:`start_input_checksum`) and holds the :class:`PendingChecksum`
 it gets: a file is hashed in a background thread at the lowest priority while
-the run reads and evaluates it.
+the run reads and evaluates it, and whatever is left when the run asks for the
+value is hashed by the run's own thread, at its priority.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import hashlib
 import os
 import sys
 import threading
-from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -53,13 +53,42 @@ def file_checksum(
         The hexadecimal digest.
 
     """
-    digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(chunk_bytes), b""):
+    digest = _FileHash(path, chunk_bytes).advance(stop)
+    assert digest is not None
+    return digest
+
+
+class _FileHash:
+    """A file's MD5, hashed in order a chunk at a time, that a thread can take over.
+
+    One thread advances it at a time: a thread pauses it between chunks, and
+    the next one continues from the same digest and file position.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], chunk_bytes: int = 1 << 22) -> None:
+        self._path = path
+        self._chunk_bytes = chunk_bytes
+        self._digest = hashlib.md5(usedforsecurity=False)
+        self._handle: IO[bytes] | None = None
+        self._hexdigest: str | None = None
+
+    def advance(
+        self, stop: threading.Event | None = None, pause: threading.Event | None = None
+    ) -> str | None:
+        """Hash chunks until the end (the hexadecimal digest) or ``pause`` is set (``None``)."""
+        if self._handle is None:
+            self._handle = open(self._path, "rb")  # noqa: SIM115 - kept open across calls
+        while self._hexdigest is None and (pause is None or not pause.is_set()):
+            chunk = self._handle.read(self._chunk_bytes)
             if stop is not None and stop.is_set():
-                raise ChecksumCancelled(f"checksum of {path} cancelled")
-            digest.update(chunk)
-    return digest.hexdigest()
+                self._handle.close()
+                raise ChecksumCancelled(f"checksum of {self._path} cancelled")
+            if chunk:
+                self._digest.update(chunk)
+            else:
+                self._handle.close()
+                self._hexdigest = self._digest.hexdigest()
+        return self._hexdigest
 
 
 class ChecksumCancelled(RuntimeError):
@@ -85,27 +114,31 @@ def dataset_checksum(dataset: Any) -> str:
 class PendingChecksum:
     """The checksum of a run's input, computed in a background thread or on demand.
 
-    The run that starts it owns it: calling it gives the value (waiting if need
-    be; an error of the hash is raised then), and :meth:`cancel` stops a file's
-    hash at its next chunk, for a run that ends before it needs the value.
+    The run that starts it owns it: calling it gives the value (an error of the
+    hash is raised then), and :meth:`cancel` stops a file's hash at its next
+    chunk, for a run that ends before it needs the value. A file's hash not done
+    when the value is asked for is taken over between chunks by the caller's
+    thread: on a busy machine a thread of the lowest priority may get almost no
+    time, and the run would otherwise wait for it rather than hash at its own
+    priority.
 
     Parameters
     ----------
-    compute
-        Computes the checksum; it is given the stop event to check between chunks.
-    background
-        Compute it now in a daemon thread of the lowest priority (a file's hash),
-        rather than when the value is asked for (data in memory, whose hash reads
-        the matrix the run is using).
+    path
+        The input file, hashed now in a daemon thread of the lowest priority.
+    dataset
+        Without ``path``: data in memory, hashed (:func:`dataset_checksum`) when
+        the value is asked for, as its hash reads the matrix the run is using.
 
     """
 
-    def __init__(self, compute: Callable[[threading.Event], str], background: bool) -> None:
-        self._compute = compute
+    def __init__(self, path: str | os.PathLike[str] | None, dataset: Any = None) -> None:
+        self._dataset = dataset
         self._stop = threading.Event()
-        self._outcome: list[str | BaseException] = []
-        self._thread: threading.Thread | None = None
-        if background:
+        self._claimed = threading.Event()
+        self._error: list[BaseException] = []
+        self._file = None if path is None else _FileHash(path)
+        if self._file is not None:
             # A daemon: a run that fails or is interrupted does not wait for the hash.
             self._thread = threading.Thread(
                 target=self._run, name="scperteval-checksum", daemon=True
@@ -114,20 +147,23 @@ class PendingChecksum:
 
     def _run(self) -> None:
         _lower_thread_priority()  # a thread of its own, made for this checksum
+        assert self._file is not None
         try:
-            self._outcome.append(self._compute(self._stop))
+            self._file.advance(self._stop, pause=self._claimed)
         except BaseException as exc:  # noqa: BLE001 - raised to whoever asks for the value
-            self._outcome.append(exc)
+            self._error.append(exc)
 
     def __call__(self) -> str:
-        """The checksum, once computed."""
-        if self._thread is None:
-            return self._compute(self._stop)
-        self._thread.join()
-        outcome = self._outcome[0]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
+        """The checksum, its hash finished in the calling thread if need be."""
+        if self._file is None:
+            return dataset_checksum(self._dataset)
+        self._claimed.set()
+        self._thread.join()  # at most the chunk it is hashing
+        if self._error:
+            raise self._error[0]
+        digest = self._file.advance(self._stop)
+        assert digest is not None
+        return "md5:" + digest
 
     def cancel(self) -> None:
         """Stop a background hash; its value can no longer be asked for."""
@@ -146,7 +182,8 @@ def start_input_checksum(data: Any) -> PendingChecksum:
     is hashed in a background thread at the lowest priority: hashing releases the
     interpreter lock, so started before the file is read, it runs on the core
     that reading leaves idle (a 900 MB file takes a core for one to two seconds),
-    and whatever remains when the evaluation starts runs on idle cycles only.
+    and whatever remains when the evaluation starts runs on idle cycles only,
+    until the run asks for the value and hashes the rest itself.
     Data in memory is hashed (:func:`dataset_checksum`) when the value is asked for.
 
     Parameters
@@ -161,9 +198,7 @@ def start_input_checksum(data: Any) -> PendingChecksum:
 
     """
     path = data if isinstance(data, (str, os.PathLike)) else data.path
-    if path is None:
-        return PendingChecksum(lambda stop: dataset_checksum(data), background=False)
-    return PendingChecksum(lambda stop: "md5:" + file_checksum(path, stop=stop), background=True)
+    return PendingChecksum(path, dataset=data)
 
 
 def _lower_thread_priority() -> bool:

@@ -302,47 +302,48 @@ def merge_groups(
     """
     from scperteval.kernels.group_merges import merge_group_rows
 
-    members, starts = _sorted_members(labels, n_out)
-    n = np.empty(n_out)
-    mean = np.empty((n_out, stats.n_features))
-    m2 = np.empty((n_out, stats.n_features))
-    arrays = stats.contiguous_arrays()
-    _over_features(
-        lambda first, stop: merge_group_rows(*arrays, members, starts, n, mean, m2, first, stop),
-        mean.size,
-        stats.n_features,
-        threads or Threads(),
-    )
-    return GroupStats(n=n, mean=mean, m2=m2)
-
-
-def _sorted_members(labels: np.ndarray, n_labels: int) -> tuple[np.ndarray, np.ndarray]:
-    """Groups with a label in ``[0, n_labels)``, sorted by label (stable), and offsets."""
-    labels = np.asarray(labels, dtype=np.int64)
-    keep = np.flatnonzero(labels >= 0)
-    members = keep[np.argsort(labels[keep], kind="stable")]
-    starts = np.zeros(n_labels + 1, dtype=np.int64)
-    np.cumsum(np.bincount(labels[keep], minlength=n_labels), out=starts[1:])
-    return members, starts
+    return _pool(merge_group_rows, stats, labels, n_out, n_out, threads)
 
 
 #: Below this many output values, merges run on one thread.
 PARALLEL_MERGE = 1 << 15
 
 
-def _over_features(
-    kernel: Callable[[int, int], None], n_values: int, n_features: int, threads: Threads
-) -> None:
-    """Run ``kernel(first, stop)`` over feature ranges, in parallel when large.
+def _pool(
+    kernel: Callable[..., None],
+    stats: GroupStats,
+    labels: np.ndarray,
+    n_labels: int,
+    n_out: int,
+    threads: Threads | None,
+) -> GroupStats:
+    """Run a merge kernel of :mod:`~scperteval.kernels.group_merges` into ``n_out`` rows.
 
-    Features are independent in every merge, so each thread's values are those
-    of one call over all features.
+    Its input groups are those with a label in ``[0, n_labels)``, sorted by label
+    (stable), with the offsets of each label. The kernel runs over feature
+    ranges, in parallel when large: features are independent in every merge, so
+    each thread's values are those of one call over all features.
     """
-    if n_features == 0:
-        kernel(0, 0)  # the counts are still merged
-        return
-    blocks = 1 if n_values < PARALLEL_MERGE else n_features
-    threads.run_ranges(kernel, threads.even_bounds(n_features, blocks))
+    labels = np.asarray(labels, dtype=np.int64)
+    keep = np.flatnonzero(labels >= 0)
+    members = keep[np.argsort(labels[keep], kind="stable")]
+    starts = np.zeros(n_labels + 1, dtype=np.int64)
+    np.cumsum(np.bincount(labels[keep], minlength=n_labels), out=starts[1:])
+    n = np.zeros(n_out)
+    mean = np.zeros((n_out, stats.n_features))
+    m2 = np.zeros((n_out, stats.n_features))
+    arrays = stats.contiguous_arrays()
+
+    def pool_features(first: int, stop: int) -> None:
+        kernel(*arrays, members, starts, n, mean, m2, first, stop)
+
+    if stats.n_features == 0:
+        pool_features(0, 0)  # the counts are still merged
+    else:
+        blocks = 1 if mean.size < PARALLEL_MERGE else stats.n_features
+        threads = threads or Threads()
+        threads.run_ranges(pool_features, threads.even_bounds(stats.n_features, blocks))
+    return GroupStats(n=n, mean=mean, m2=m2)
 
 
 def subtract_group(total: GroupStats, part: GroupStats) -> GroupStats:
@@ -397,15 +398,5 @@ def leave_one_out(
     from scperteval.kernels.group_merges import leave_one_out_rows
 
     _, codes = np.unique(np.asarray(labels), return_inverse=True)
-    members, starts = _sorted_members(codes.reshape(-1), int(codes.max()) + 1 if codes.size else 0)
-    n = np.zeros(stats.n_groups)
-    mean = np.zeros((stats.n_groups, stats.n_features))
-    m2 = np.zeros((stats.n_groups, stats.n_features))
-    arrays = stats.contiguous_arrays()
-    _over_features(
-        lambda first, stop: leave_one_out_rows(*arrays, members, starts, n, mean, m2, first, stop),
-        mean.size,
-        stats.n_features,
-        threads or Threads(),
-    )
-    return GroupStats(n=n, mean=mean, m2=m2)
+    n_labels = int(codes.max()) + 1 if codes.size else 0
+    return _pool(leave_one_out_rows, stats, codes.reshape(-1), n_labels, stats.n_groups, threads)

@@ -13,19 +13,12 @@ from scperteval.data.load import DatasetOptions
 from scperteval.engine.calibrators import Thresholds, calibration_table, verdict_reasons
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS
 from scperteval.engine.failures import failure_counts, failure_lines
-from scperteval.engine.population_cap import (
-    DEFAULT_MAX_POPULATION_CELLS,
-    NO_CAP,
-    check_max_population_cells,
-)
-from scperteval.engine.suites import resolve_protocols
+from scperteval.engine.population_cap import DEFAULT_MAX_POPULATION_CELLS, NO_CAP
 from scperteval.outputs import staged_output
 from scperteval.runinfo import Timer, write_atomic, write_run_json
 from scperteval.workflows.steps import (
-    build_engine,
-    check_calibratable,
-    check_run_options,
-    load_and_hash,
+    check_job_options,
+    open_engine,
     protocol_table,
     run_protocol_tasks,
     run_summary,
@@ -198,30 +191,22 @@ def calibrate(
     timer = Timer()
     started = time.time()
     thresholds = thresholds or Thresholds()
-    workers = check_run_options(
-        out=out,
-        seed=seed,
-        workers=workers,
-        device=device,
-        precision=precision,
-        de_method=de_method,
+    # Options both the checks and the engine take.
+    shared = {"seed": seed, "de_method": de_method, "device": device, "precision": precision}
+    chosen, workers, cap = check_job_options(
+        protocols, out=out, workers=workers, max_population_cells=max_population_cells, **shared
     )
-    cap = check_max_population_cells(max_population_cells)
-    chosen = resolve_protocols(protocols)
     # Only a run written to a folder records the checksum.
-    dataset, checksum = load_and_hash(
-        data, timer, dataset_options, checksum=out is not None, check=check_calibratable
-    )
-    engine = build_engine(
-        dataset,
-        seed=seed,
-        de_method=de_method,
+    engine, checksum = open_engine(
+        data,
+        timer,
+        dataset_options,
+        checksum=out is not None,
         truth="half",
         sample_cells=sample_cells,
-        device=device,
-        precision=precision,
         de_tables=de_tables,
         max_population_cells=cap,
+        **shared,
     )
     results = run_protocol_tasks(
         engine, chosen, timer, workers=workers, executor=executor, progress=progress
@@ -240,7 +225,7 @@ def calibrate(
         info["timings_seconds"] = {**timer.seconds, "total": time.time() - started}
         options = {
             "protocols": [p.name for p in chosen],
-            **dataset.options(),
+            **engine.context.dataset.options(),
             "seed": seed,
             "de_method": de_method,
             "workers": workers,
@@ -255,6 +240,6 @@ def calibrate(
             options,
             input_checksum=checksum(),
             **{k: v for k, v in info.items() if k != "input"},
-            input=dataset.source,
+            input=engine.context.dataset.source,
         )
     return result

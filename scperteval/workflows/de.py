@@ -81,13 +81,9 @@ def de(
             result = context.de(method=method, reference=reference, half=half)
     with timer.step("table"):
         table = result.to_frame()
+    settings = {"method": method, "reference": reference, "half": half, "seed": seed}
     # What a later run needs to read this table back instead of recomputing it.
-    table.attrs["scperteval_de"] = {
-        "method": method,
-        "reference": reference,
-        "half": half,
-        "seed": seed,
-    }
+    table.attrs["scperteval_de"] = dict(settings)
     if out is None:
         return table
     assert checksum is not None
@@ -97,13 +93,7 @@ def de(
         write_run_json(
             folder / "run.json",
             "de",
-            {
-                **dataset.options(),
-                "method": method,
-                "reference": reference,
-                "half": half,
-                "seed": seed,
-            },
+            {**dataset.options(), **settings},
             input=dataset.source,
             input_checksum=checksum(),
             n_cells=dataset.n_cells,

@@ -129,7 +129,7 @@ def report(
         "min_perturbations": min_perturbations,
     }
     if len(groups) == 1:
-        result = _merged([runs[i] for i in range(len(runs))], paths, settings)
+        result = _merged(runs, paths, settings)
         with staged_output(target) as folder:
             result.write(folder, figures=figures)
         return result

@@ -11,11 +11,7 @@ from scperteval.data.load import DatasetOptions
 from scperteval.engine.calibrators import Thresholds
 from scperteval.engine.dispatch import CONTROLS, Candidate
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS, Engine
-from scperteval.engine.population_cap import (
-    DEFAULT_MAX_POPULATION_CELLS,
-    check_max_population_cells,
-)
-from scperteval.engine.suites import resolve_protocols
+from scperteval.engine.population_cap import DEFAULT_MAX_POPULATION_CELLS
 from scperteval.errors import DatasetError, SpecError
 from scperteval.outputs import staged_output
 from scperteval.runinfo import Timer
@@ -27,10 +23,8 @@ from scperteval.scoring.result import ScoreResult
 from scperteval.scoring.trust import MIN_PERTURBATIONS
 from scperteval.scoring.vcc import has_challenge_terms
 from scperteval.workflows.steps import (
-    build_engine,
-    check_calibratable,
-    check_run_options,
-    load_and_hash,
+    check_job_options,
+    open_engine,
     protocol_table,
     run_protocol_tasks,
     run_summary,
@@ -182,34 +176,27 @@ def score(
         raise SpecError(f"min_perturbations must be a whole number, got {min_perturbations!r}")
     if min_perturbations < 1:
         raise SpecError(f"min_perturbations must be at least 1, got {min_perturbations}")
-    workers = check_run_options(
-        out=out,
-        seed=seed,
-        workers=workers,
-        device=device,
-        precision=precision,
-        de_method=de_method,
-    )
-    cap = check_max_population_cells(max_population_cells)
     if isinstance(predictions, Mapping) and not predictions:
         raise SpecError("give at least one model to score (predictions={'name': ...})")
-    chosen = resolve_protocols(protocols)
-    baseline_names = _baseline_names(baselines, truth, has_challenge_terms(chosen))
-    dataset, checksum = load_and_hash(
-        data, timer, dataset_options, check=check_calibratable if truth == "half" else None
+    # Options both the checks and the engine take.
+    shared = {"seed": seed, "de_method": de_method, "device": device, "precision": precision}
+    chosen, workers, cap = check_job_options(
+        protocols, out=out, workers=workers, max_population_cells=max_population_cells, **shared
     )
-    assert checksum is not None
-    engine = build_engine(
-        dataset,
-        seed=seed,
-        de_method=de_method,
+    baseline_names = _baseline_names(baselines, truth, has_challenge_terms(chosen))
+    engine, checksum = open_engine(
+        data,
+        timer,
+        dataset_options,
+        checksum=True,
         truth=truth,
         sample_cells=sample_cells,
-        device=device,
-        precision=precision,
         de_tables=de_tables,
         max_population_cells=cap,
+        **shared,
     )
+    assert checksum is not None
+    dataset = engine.context.dataset
     with timer.step("predictions"):
         models = load_predictions(
             predictions,

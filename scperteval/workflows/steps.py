@@ -29,8 +29,13 @@ from scperteval.engine.dispatch import (
 from scperteval.engine.engine import Engine
 from scperteval.engine.failures import failure_record
 from scperteval.engine.pairs import check_device
-from scperteval.engine.population_cap import DEFAULT_MAX_POPULATION_CELLS, subsampled_summary
+from scperteval.engine.population_cap import (
+    DEFAULT_MAX_POPULATION_CELLS,
+    check_max_population_cells,
+    subsampled_summary,
+)
 from scperteval.engine.protocol import Protocol
+from scperteval.engine.suites import resolve_protocols
 from scperteval.errors import DatasetError, SpecError
 from scperteval.outputs import check_output_folder
 from scperteval.progress import progress_bar
@@ -42,9 +47,10 @@ from scperteval.stats.de_tables import read_de_table
 __all__ = [
     "build_engine",
     "check_calibratable",
+    "check_job_options",
     "check_run_options",
-    "compute_group_statistics",
     "load_and_hash",
+    "open_engine",
     "run_summary",
     "protocol_table",
     "run_protocol_tasks",
@@ -183,6 +189,61 @@ def load_and_hash(
     return dataset, pending
 
 
+def check_job_options(
+    protocols: Any, *, max_population_cells: Any, **run_options: Any
+) -> tuple[list[Protocol], int, int | None]:
+    """Check the options of a job that runs protocols, before any data is read.
+
+    Parameters
+    ----------
+    protocols
+        What :func:`~scperteval.engine.suites.resolve_protocols` accepts.
+    max_population_cells
+        See :func:`~scperteval.engine.population_cap.check_max_population_cells`.
+    **run_options
+        The options of :func:`check_run_options`.
+
+    Returns
+    -------
+    tuple
+        The resolved protocols, the number of worker threads and the population cap.
+
+    """
+    workers = check_run_options(**run_options)
+    cap = check_max_population_cells(max_population_cells)
+    return resolve_protocols(protocols), workers, cap
+
+
+def open_engine(
+    data: Any,
+    timer: Timer,
+    dataset_options: Mapping[str, Any],
+    *,
+    checksum: bool,
+    truth: str,
+    **engine_settings: Any,
+) -> tuple[Engine, PendingChecksum | None]:
+    """Open the dataset (:func:`load_and_hash`) and build the job's engine on it.
+
+    Parameters
+    ----------
+    data, timer, dataset_options, checksum
+        As for :func:`load_and_hash`; calibrated jobs (``truth="half"``) refuse data
+        :func:`check_calibratable` refuses.
+    truth, **engine_settings
+        As for :func:`build_engine`.
+
+    Returns
+    -------
+    tuple
+        The engine, and the input's pending checksum (``None`` without ``checksum``).
+
+    """
+    check = check_calibratable if truth == "half" else None
+    dataset, pending = load_and_hash(data, timer, dataset_options, checksum=checksum, check=check)
+    return build_engine(dataset, truth=truth, **engine_settings), pending
+
+
 def build_engine(
     dataset: Dataset,
     *,
@@ -238,12 +299,6 @@ def build_engine(
     )
 
 
-def compute_group_statistics(engine: Engine, timer: Timer, executor: Any) -> None:
-    """The one pass over the data, timed apart (on the cluster with a dask client)."""
-    with timer.step("group_statistics"):
-        group_statistics(engine, executor)
-
-
 def run_protocol_tasks(
     engine: Engine,
     protocols: Sequence[Protocol],
@@ -277,7 +332,9 @@ def run_protocol_tasks(
         The tidy per-perturbation results.
 
     """
-    compute_group_statistics(engine, timer, executor)
+    # The one pass over the data, timed apart (on the cluster with a dask client).
+    with timer.step("group_statistics"):
+        group_statistics(engine, executor)
     with (
         timer.step("protocols"),
         progress_bar("protocols", task_count(engine, protocols), progress) as bar,
