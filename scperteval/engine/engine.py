@@ -171,15 +171,6 @@ class Engine:
         """DE of the truth (half, or all cells) against the other perturbed cells."""
         return self.context.de(reference="rest", half=self.truth_half)
 
-    def dataset_means(self) -> np.ndarray:
-        """Per condition, the mean of the other perturbations' centroids in its group.
-
-        Built afresh on each call: the sources take one row at a time
-        (:meth:`dataset_mean`), and a cached table would hold a row per condition
-        for the whole run.
-        """
-        return np.vstack([self.dataset_mean(k) for k in range(self.context.layout.n_conditions)])
-
     def dataset_mean(self, condition: int) -> np.ndarray:
         """The mean of the centroids of the other perturbations of the condition's group.
 

@@ -15,7 +15,7 @@ Metadata ``from_cells=True`` marks spaces fitted from a matrix of cells alone
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -149,14 +149,9 @@ def expressed(engine: Engine, condition: int) -> FeatureMap:
 )
 def hvg(engine: Engine, condition: int, *, k: int = 2000) -> FeatureMap:
     """The ``k`` genes of largest variance of log expression over all cells of the group."""
-    _check_k(k)
-    covariate = engine.covariate_index(condition)
-
-    def build() -> FeatureMap:
-        variance = engine.covariate_all_stats().variance()[covariate]
-        return _selection(engine, f"hvg(k={k})", top_indices(variance, k))
-
-    return engine.memo(("space", "hvg", k, covariate), build)
+    return _group_top_k(
+        engine, condition, "hvg", k, lambda: engine.covariate_all_stats().variance()
+    )
 
 
 @SPACES.register(
@@ -167,14 +162,20 @@ def hvg(engine: Engine, condition: int, *, k: int = 2000) -> FeatureMap:
 )
 def heg(engine: Engine, condition: int, *, k: int = 1000) -> FeatureMap:
     """The ``k`` genes with the highest mean expression in the group's control cells."""
+    return _group_top_k(engine, condition, "heg", k, lambda: engine.context.control_stats().mean)
+
+
+def _group_top_k(
+    engine: Engine, condition: int, name: str, k: int, scores: Callable[[], np.ndarray]
+) -> FeatureMap:
+    """The ``k`` genes of highest ``scores()`` row of the condition's group, cached per group."""
     _check_k(k)
     covariate = engine.covariate_index(condition)
 
     def build() -> FeatureMap:
-        control_mean = engine.context.control_stats().mean[covariate]
-        return _selection(engine, f"heg(k={k})", top_indices(control_mean, k))
+        return _selection(engine, f"{name}(k={k})", top_indices(scores()[covariate], k))
 
-    return engine.memo(("space", "heg", k, covariate), build)
+    return engine.memo(("space", name, k, covariate), build)
 
 
 @SPACES.register(
