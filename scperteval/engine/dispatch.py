@@ -25,7 +25,7 @@ from scperteval.engine.candidates import CONTROLS, Candidate, candidate_identity
 from scperteval.engine.candidates import candidate_key as _candidate_key
 from scperteval.engine.control_views import CONTROL_REPRESENTATIONS, candidate_reference
 from scperteval.engine.dataset_scope import dataset_rows
-from scperteval.engine.distributed import is_dask_client
+from scperteval.engine.distributed import Task, is_dask_client
 from scperteval.engine.engine import Engine
 from scperteval.engine.fastpath import plan_population, population_value
 from scperteval.engine.population_cap import Subsampled, cap_source
@@ -105,10 +105,6 @@ def run_protocols(
     """
     with engine.threads.single_threaded_blas():
         return _run_protocols(engine, protocols, candidates, workers, executor, progress)
-
-
-#: A task of a run: the function and its arguments before the candidates.
-Task = tuple[Callable[..., list[dict[str, Any]]], tuple[Any, ...]]
 
 
 def _run_protocols(

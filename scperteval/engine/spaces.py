@@ -237,7 +237,7 @@ def resolve_space(engine: Engine, spec: str, condition: int) -> FeatureMap:
         if "|" in spec and "&" in spec:
             raise SpecError(f"space {spec!r}: mix of '|' and '&' is not supported")
         parts = [resolve_space(engine, part.strip(), condition) for part in spec.split(operator)]
-        if not all(part.is_selection for part in parts):
+        if not all(part.genes is not None for part in parts):
             raise SpecError(
                 f"space {spec!r}: only gene selections can be combined, not projections"
             )
