@@ -361,9 +361,8 @@ def _perturbation_task(
 ) -> list[dict[str, Any]]:
     engine.threads.wait_for_cores()
     shared = {} if shared is None else shared
-    named = [(c.role, *c.resolve(protocol)) for c in candidates]
     # Registered sources are fixed for the engine: sums over their cells may be shared.
-    shareable = [c.getter is None for c in candidates]
+    named = [(c.role, *c.resolve(protocol), c.getter is None) for c in candidates]
     # Population protocols see at most the engine's cap of cells of each population.
     population = protocol.representation == "population"
     subsampled: list[Subsampled] = []
@@ -393,10 +392,10 @@ def _perturbation_task(
         reason = _failure(exc)
         return [
             _row(engine, condition, protocol, role, name, math.nan, reason)
-            for role, name, _ in named
+            for role, name, _, _ in named
         ]
     rows = []
-    for (role, name, getter), registered in zip(named, shareable, strict=True):
+    for role, name, getter, registered in named:
         cut: list[Subsampled] = []
         try:
             source = getter(engine, condition)
