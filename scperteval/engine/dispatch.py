@@ -149,22 +149,22 @@ def _run_protocols(
     # that do not need them; the tasks that do wait for the fit. Then the
     # per-perturbation views of dataset-scope protocols against the control, so
     # that they are computed in parallel, not in one task.
-    warm = [
-        pool.submit(_fit_task, engine, space, condition)
-        for space, condition in _shared_space_fits(engine, protocols)
-    ]
-    warm += [
-        pool.submit(_warm_task, engine, protocol, condition, candidates)
-        for protocol, condition in _warm_ups(engine, protocols)
-    ]
-    futures = {
-        pool.submit(function, engine, *arguments, candidates): _task_units(function, arguments)
-        for function, arguments in tasks
-    }
+    warm: list[cf.Future[Any]] = []
+    futures: dict[cf.Future[list[dict[str, Any]]], int] = {}
     completed: queue.SimpleQueue[cf.Future[list[dict[str, Any]]]] = queue.SimpleQueue()
-    for submitted in futures:
-        submitted.add_done_callback(completed.put)
     try:
+        warm += [
+            pool.submit(_fit_task, engine, space, condition)
+            for space, condition in _shared_space_fits(engine, protocols)
+        ]
+        warm += [
+            pool.submit(_warm_task, engine, protocol, condition, candidates)
+            for protocol, condition in _warm_ups(engine, protocols)
+        ]
+        for function, arguments in tasks:
+            submitted = pool.submit(function, engine, *arguments, candidates)
+            futures[submitted] = _task_units(function, arguments)
+            submitted.add_done_callback(completed.put)
         for _ in futures:
             finished_task = _next_completed(completed)
             rows.extend(finished_task.result())
@@ -175,7 +175,7 @@ def _run_protocols(
     except BaseException:
         # Interrupted (Ctrl-C) or failed: queued tasks must not run on after the caller
         # has given up; running ones are abandoned to finish on their own.
-        for pending in (*warm, *futures):
+        for pending in [*warm, *futures]:
             pending.cancel()
         if owned:
             pool.shutdown(wait=False, cancel_futures=True)
