@@ -80,9 +80,7 @@ def _check_k(k: int) -> int:
     return int(k)
 
 
-@SPACES.register(
-    "full", description="all genes", per_condition=False, large_fit=False, from_cells=True
-)
+@SPACES.register("full", description="all genes", large_fit=False, from_cells=True)
 def full(engine: Engine, condition: int) -> FeatureMap:
     """All genes of the dataset."""
     return engine.memo(
@@ -143,7 +141,6 @@ def expressed(engine: Engine, condition: int) -> FeatureMap:
 @SPACES.register(
     "hvg",
     description="k most variable genes across the covariate group's cells",
-    per_condition=False,
     large_fit=False,
     from_cells=True,
 )
@@ -157,7 +154,6 @@ def hvg(engine: Engine, condition: int, *, k: int = 2000) -> FeatureMap:
 @SPACES.register(
     "heg",
     description="k genes most expressed in the controls",
-    per_condition=False,
     large_fit=False,
 )
 def heg(engine: Engine, condition: int, *, k: int = 1000) -> FeatureMap:
@@ -192,7 +188,6 @@ def perturbed_genes(engine: Engine, condition: int) -> FeatureMap:
 @SPACES.register(
     "pca",
     description="first k principal components (seeded fit per covariate group)",
-    per_condition=False,
     large_fit=True,
     from_cells=True,
 )
