@@ -159,7 +159,9 @@ def _run_protocols(
         ]
         warm += [
             pool.submit(_warm_task, engine, protocol, condition, candidates)
-            for protocol, condition in _warm_ups(engine, protocols)
+            for protocol in protocols
+            if protocol.scope == "dataset" and protocol.representation in CONTROL_REPRESENTATIONS
+            for condition in range(engine.context.layout.n_conditions)
         ]
         for function, arguments in tasks:
             submitted = pool.submit(function, engine, *arguments, candidates)
@@ -427,17 +429,6 @@ def _perturbation_task(
         row[_SUBSAMPLED] = (*subsampled, *cut)
         rows.append(row)
     return rows
-
-
-def _warm_ups(engine: Engine, protocols: Sequence[Protocol]) -> list[tuple[Protocol, int]]:
-    """(protocol, condition) pairs whose views :func:`_warm_task` computes ahead."""
-    n_conditions = engine.context.layout.n_conditions
-    return [
-        (protocol, condition)
-        for protocol in protocols
-        if protocol.scope == "dataset" and protocol.representation in CONTROL_REPRESENTATIONS
-        for condition in range(n_conditions)
-    ]
 
 
 def _warm_task(
