@@ -132,14 +132,12 @@ def drf(positive: np.ndarray, negative: np.ndarray, better: str, perfect: float)
     # An estimate beyond the perfect value (an unbiased distance below 0) is as
     # good as the estimator can tell: it counts as perfect, so a negative control
     # there leaves no dynamic range instead of flipping the sign of the ratio.
-    if better == "higher":
-        positive, negative = np.minimum(positive, perfect), np.minimum(negative, perfect)
-    else:
-        positive, negative = np.maximum(positive, perfect), np.maximum(negative, perfect)
     with np.errstate(invalid="ignore", divide="ignore"):
         if better == "higher":
+            positive, negative = np.minimum(positive, perfect), np.minimum(negative, perfect)
             value = (positive - negative) / (perfect - negative + DRF_EPSILON)
         else:
+            positive, negative = np.maximum(positive, perfect), np.maximum(negative, perfect)
             value = (negative - positive) / (negative - perfect + DRF_EPSILON)
     return np.clip(value, -1.0, 1.0)
 
@@ -234,21 +232,11 @@ def _summarise(
     # Only a lower-is-better estimate can overshoot its perfect value (an unbiased
     # distance below 0); for other metrics the count is 0 by construction.
     perfect = float(meta["perfect"])
-    if meta["better"] == "lower":
-        negative = (part["positive"] < perfect) | (part["negative"] < perfect)
-    else:
-        negative = pd.Series(False, index=part.index)
-    return {
-        "protocol": protocol,
-        "covariate": covariate,
-        "n": n,
-        "drf_mean": drf_mean,
-        "drf_median": drf_median,
-        "bds": bds_value,
-        "trusted": trusted,
-        "n_skipped": int(len(part) - n),
-        "n_negative": int(negative.sum()),
-    }
+    # Counted for lower-is-better metrics only (unbiased distance estimates below 0).
+    below = (part["positive"] < perfect) | (part["negative"] < perfect)
+    n_negative = int(below.sum()) if meta["better"] == "lower" else 0
+    values = (protocol, covariate, n, drf_mean, drf_median, bds_value, trusted, len(part) - n)
+    return dict(zip(CALIBRATION_COLUMNS, (*values, n_negative), strict=True))
 
 
 def verdict_reasons(table: pd.DataFrame, thresholds: Thresholds) -> dict[str, str]:

@@ -65,10 +65,8 @@ def dataset_rows(
 
     """
     conditions = engine.conditions_of(covariate)
-    named = [(c.role, *c.resolve(protocol)) for c in candidates]
-    named_registered = {
-        name: c.getter is None for c, (_, name, _) in zip(candidates, named, strict=True)
-    }
+    # Registered sources (no getter of their own) are fixed for the engine.
+    named = [(c.role, *c.resolve(protocol), c.getter is None) for c in candidates]
     rows: list[dict[str, Any]] = []
     try:
         space = resolve_space(engine, protocol.space, int(conditions[0]))
@@ -97,14 +95,13 @@ def dataset_rows(
         for k in conditions:
             rows.extend(
                 result_row(engine, int(k), protocol, role, name, math.nan, reason)
-                for role, name, _ in named
+                for role, name, _, _ in named
             )
         return rows
     from_distances = _distance_function(protocol)
     distances_to_truth = _DistancesToTruth(truth)
-    for role, name, getter in named:
+    for role, name, getter, registered in named:
         try:
-            registered = named_registered[name]
             # The candidate's stack is freed on return, before the next one is built.
             stack = partial(
                 _stack,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import itertools
 import math
 import numbers
 import queue
@@ -26,7 +25,7 @@ from scperteval.engine.candidates import CONTROLS, Candidate, candidate_identity
 from scperteval.engine.candidates import candidate_key as _candidate_key
 from scperteval.engine.control_views import CONTROL_REPRESENTATIONS, candidate_reference
 from scperteval.engine.dataset_scope import dataset_rows
-from scperteval.engine.distributed import is_dask_client
+from scperteval.engine.distributed import Task, is_dask_client
 from scperteval.engine.engine import Engine
 from scperteval.engine.fastpath import plan_population, population_value
 from scperteval.engine.population_cap import Subsampled, cap_source
@@ -108,10 +107,6 @@ def run_protocols(
         return _run_protocols(engine, protocols, candidates, workers, executor, progress)
 
 
-#: A task of a run: the function and its arguments before the candidates.
-Task = tuple[Callable[..., list[dict[str, Any]]], tuple[Any, ...]]
-
-
 def _run_protocols(
     engine: Engine,
     protocols: Sequence[Protocol],
@@ -120,12 +115,81 @@ def _run_protocols(
     executor: Any,
     progress: Callable[[int], None] | None,
 ) -> pd.DataFrame:
-    layout = engine.context.layout
     plan_population(engine, protocols)
+    tasks = _ordered_tasks(engine, protocols)
+    rows: list[dict[str, Any]] = []
     owned = executor is None and workers > 1
     pool = cf.ThreadPoolExecutor(max_workers=workers) if owned else executor
+    if pool is None or is_dask_client(pool):
+        # Before the tasks: the fits' values do not depend on where they run (BLAS is
+        # held to one thread, the fits' own parallel sums use fixed tiles).
+        for space, condition in _shared_space_fits(engine, protocols):
+            _fit_task(engine, space, condition)
+    if is_dask_client(pool):
+        from scperteval.engine.distributed import cluster_session
+
+        conditions = [
+            arguments[1] if function in (_perturbation_task, _protocols_task) else None
+            for function, arguments in tasks
+        ]
+        session = cluster_session(pool, engine)
+        for finished in session.run(engine, tasks, candidates, conditions):
+            rows.extend(finished)
+            if progress is not None:
+                # A task runs one or more protocols for one perturbation (or group).
+                progress(max(1, len({row["protocol"] for row in finished})))
+        return _sorted_table(engine, rows)
     if pool is None:
-        fit_shared_spaces(engine, protocols)
+        for function, arguments in tasks:
+            rows.extend(function(engine, *arguments, candidates))
+            if progress is not None:
+                progress(_task_units(function, arguments))
+        return _sorted_table(engine, rows)
+    # The shared spaces' fits (a PCA) are submitted first and run beside the tasks
+    # that do not need them; the tasks that do wait for the fit. Then the
+    # per-perturbation views of dataset-scope protocols against the control, so
+    # that they are computed in parallel, not in one task.
+    warm: list[cf.Future[Any]] = []
+    futures: dict[cf.Future[list[dict[str, Any]]], int] = {}
+    completed: queue.SimpleQueue[cf.Future[list[dict[str, Any]]]] = queue.SimpleQueue()
+    try:
+        warm += [
+            pool.submit(_fit_task, engine, space, condition)
+            for space, condition in _shared_space_fits(engine, protocols)
+        ]
+        warm += [
+            pool.submit(_warm_task, engine, protocol, condition, candidates)
+            for protocol in protocols
+            if protocol.scope == "dataset" and protocol.representation in CONTROL_REPRESENTATIONS
+            for condition in range(engine.context.layout.n_conditions)
+        ]
+        for function, arguments in tasks:
+            submitted = pool.submit(function, engine, *arguments, candidates)
+            futures[submitted] = _task_units(function, arguments)
+            submitted.add_done_callback(completed.put)
+        for _ in futures:
+            finished_task = _next_completed(completed)
+            rows.extend(finished_task.result())
+            if progress is not None:
+                progress(futures[finished_task])
+        for done in warm:
+            done.result()
+    except BaseException:
+        # Interrupted (Ctrl-C) or failed: queued tasks must not run on after the caller
+        # has given up; running ones are abandoned to finish on their own.
+        for pending in [*warm, *futures]:
+            pending.cancel()
+        if owned:
+            pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    if owned:
+        pool.shutdown()
+    return _sorted_table(engine, rows)
+
+
+def _ordered_tasks(engine: Engine, protocols: Sequence[Protocol]) -> list[Task]:
+    """The run's tasks, those that need no shared space first."""
+    layout = engine.context.layout
     ordered: list[tuple[tuple[bool, str, int, int], Task]] = []
     grouped: dict[tuple[bool, str], list[Protocol]] = {}
     for index, protocol in enumerate(protocols):
@@ -151,83 +215,7 @@ def _run_protocols(
         for condition in range(layout.n_conditions):
             key = (later, space, condition, 0)
             ordered.append((key, (_protocols_task, (tuple(members), condition))))
-    tasks = [task for _, task in sorted(ordered, key=lambda item: item[0])]
-    rows: list[dict[str, Any]] = []
-    if is_dask_client(executor):
-        from scperteval.engine.distributed import cluster_session
-
-        fit_shared_spaces(engine, protocols)
-        conditions = [
-            arguments[1] if function in (_perturbation_task, _protocols_task) else None
-            for function, arguments in tasks
-        ]
-        session = cluster_session(executor, engine)
-        for finished in session.run(engine, tasks, candidates, conditions):
-            rows.extend(finished)
-            if progress is not None:
-                # A task runs one or more protocols for one perturbation (or group).
-                progress(max(1, len({row["protocol"] for row in finished})))
-        return _sorted_table(engine, rows)
-    futures: set[cf.Future[list[dict[str, Any]]]] = set()
-    warm: list[cf.Future[None]] = []
-    try:
-        if pool is None:
-            for function, arguments in tasks:
-                rows.extend(function(engine, *arguments, candidates))
-                if progress is not None:
-                    progress(_task_units(function, arguments))
-        else:
-            # The shared spaces' fits (a PCA) are submitted first and run beside the
-            # tasks that do not need them; the tasks that do wait for the fit.
-            warm = [
-                pool.submit(_fit_task, engine, space, condition)
-                for space, condition in _shared_space_fits(engine, protocols)
-            ]
-            # Then the per-perturbation views of dataset-scope protocols against the
-            # control, so that they are computed in parallel, not in one task.
-            warm += [
-                pool.submit(_warm_task, engine, protocol, condition, candidates)
-                for protocol, condition in _warm_ups(engine, protocols)
-            ]
-            # A bounded number of tasks is queued at a time (tens of thousands of
-            # queued tasks hold tens of megabytes for nothing); each finished task
-            # makes room for the next.
-            completed: queue.SimpleQueue[cf.Future[list[dict[str, Any]]]] = queue.SimpleQueue()
-            waiting = iter(tasks)
-            limit = max(MIN_QUEUED_TASKS, QUEUED_TASKS_PER_WORKER * workers)
-            units: dict[cf.Future[list[dict[str, Any]]], int] = {}
-            for function, arguments in itertools.islice(waiting, limit):
-                submitted = pool.submit(function, engine, *arguments, candidates)
-                futures.add(submitted)
-                units[submitted] = _task_units(function, arguments)
-            for submitted in list(futures):
-                submitted.add_done_callback(completed.put)
-            while futures:
-                task_future = _next_completed(completed)
-                futures.discard(task_future)
-                rows.extend(task_future.result())
-                if progress is not None:
-                    progress(units.pop(task_future))
-                for function, arguments in itertools.islice(waiting, 1):
-                    submitted = pool.submit(function, engine, *arguments, candidates)
-                    futures.add(submitted)
-                    units[submitted] = _task_units(function, arguments)
-                    submitted.add_done_callback(completed.put)
-            for done in warm:
-                done.result()
-    except BaseException:
-        # Interrupted (Ctrl-C) or failed: queued tasks must not run on after the caller
-        # has given up; running ones are abandoned to finish on their own.
-        for pending in warm:
-            pending.cancel()
-        for future in futures:
-            future.cancel()
-        if owned and pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    if owned and pool is not None:
-        pool.shutdown()
-    return _sorted_table(engine, rows)
+    return [task for _, task in sorted(ordered, key=lambda item: item[0])]
 
 
 def _next_completed(completed: queue.SimpleQueue[cf.Future[Any]]) -> cf.Future[Any]:
@@ -237,27 +225,6 @@ def _next_completed(completed: queue.SimpleQueue[cf.Future[Any]]) -> cf.Future[A
             return completed.get(timeout=0.5)
         except queue.Empty:
             continue
-
-
-def fit_shared_spaces(engine: Engine, protocols: Sequence[Protocol]) -> None:
-    """Fit every space shared by a covariate group's perturbations (PCA) before the tasks.
-
-    The fit's values do not depend on where it runs: the run holds BLAS to one thread
-    and the fit's own parallel sums use fixed tiles
-    (:func:`~scperteval.engine._pca.principal_axes`). A run on a local pool submits
-    the fits as its first tasks instead, so that they overlap with the tasks that
-    do not need them.
-
-    Parameters
-    ----------
-    engine
-        Shared data of the dataset.
-    protocols
-        The run's protocols.
-
-    """
-    for space, condition in _shared_space_fits(engine, protocols):
-        _fit_task(engine, space, condition)
 
 
 def _shared_space_fits(engine: Engine, protocols: Sequence[Protocol]) -> list[tuple[str, int]]:
@@ -284,10 +251,6 @@ def _fit_task(engine: Engine, space: str, condition: int) -> None:
             # The tasks record the reason for every perturbation of the group.
             return
 
-
-#: Tasks queued on the pool at a time, per worker thread, and at least.
-QUEUED_TASKS_PER_WORKER = 8
-MIN_QUEUED_TASKS = 32
 
 #: More threads than this rarely pay: tasks then wait on memory bandwidth.
 MAX_DEFAULT_WORKERS = 8
@@ -380,46 +343,15 @@ def _protocols_task(
     candidates: Sequence[Candidate],
 ) -> list[dict[str, Any]]:
     """The rows of several protocols of one space for one perturbation, in turn."""
-    rows: list[dict[str, Any]] = []
     # The space is resolved once for all of them (a per-perturbation gene selection
     # is not cached by the engine: it would be kept for every perturbation), and so
     # is each source's DE view, which every DE metric ranks the same way.
-    shared = _TaskShared()
-    for protocol in protocols:
-        rows.extend(_perturbation_task(engine, protocol, condition, candidates, shared))
-    return rows
-
-
-class _TaskShared:
-    """What the protocols of one task compute once: spaces by spec, DE views by source."""
-
-    __slots__ = ("spaces", "views")
-
-    def __init__(self) -> None:
-        self.spaces: dict[str, Any] = {}
-        self.views: dict[Hashable, object] = {}
-
-    def view(
-        self,
-        source_key: Hashable,
-        engine: Engine,
-        protocol: Protocol,
-        condition: int,
-        source: Any,
-        space: Any,
-        reference: Any,
-        cache_key: Hashable | None,
-    ) -> object:
-        """:func:`make_view`'s view, made once per source and space if it is a DE view."""
-        if protocol.representation != "de":
-            return make_view(engine, protocol, condition, source, space, reference, cache_key)
-        # A DE view depends on the source and the space only (not on the centering).
-        key = (protocol.space, source_key)
-        view = self.views.get(key)
-        if view is None:
-            view = make_view(engine, protocol, condition, source, space, reference, cache_key)
-            self.views[key] = view
-        return view
+    shared: dict[Hashable, Any] = {}
+    return [
+        row
+        for protocol in protocols
+        for row in _perturbation_task(engine, protocol, condition, candidates, shared)
+    ]
 
 
 def _perturbation_task(
@@ -427,38 +359,45 @@ def _perturbation_task(
     protocol: Protocol,
     condition: int,
     candidates: Sequence[Candidate],
-    shared: _TaskShared | None = None,
+    shared: dict[Hashable, Any] | None = None,
 ) -> list[dict[str, Any]]:
     engine.threads.wait_for_cores()
-    shared = shared or _TaskShared()
-    named = [(c.role, *c.resolve(protocol)) for c in candidates]
+    shared = {} if shared is None else shared
     # Registered sources are fixed for the engine: sums over their cells may be shared.
-    shareable = [c.getter is None for c in candidates]
+    named = [(c.role, *c.resolve(protocol), c.getter is None) for c in candidates]
     # Population protocols see at most the engine's cap of cells of each population.
     population = protocol.representation == "population"
     subsampled: list[Subsampled] = []
+
+    def view(identity: Hashable, source: Any, own: Any, key: Hashable | None) -> object:
+        if protocol.representation != "de":
+            return make_view(engine, protocol, condition, source, space, own, key)
+        # A DE view depends on the source and the space only (not on the centering).
+        cached = ("de view", protocol.space, identity)
+        if cached not in shared:
+            shared[cached] = make_view(engine, protocol, condition, source, space, own, key)
+        return shared[cached]
+
     try:
-        space = shared.spaces.get(protocol.space)
-        if space is None:
-            space = shared.spaces[protocol.space] = resolve_space(engine, protocol.space, condition)
+        if ("space", protocol.space) not in shared:
+            shared["space", protocol.space] = resolve_space(engine, protocol.space, condition)
+        space = shared["space", protocol.space]
         reference = centering_vector(engine, protocol.centering, condition)
         truth_source = engine.source("truth", condition)
         if population:
             truth_source, record = cap_source(engine, condition, "truth", truth_source)
             if record is not None:
                 subsampled.append(record)
-        truth_view = shared.view(
-            "truth", engine, protocol, condition, truth_source, space, reference, "truth"
-        )
+        truth_view = view("truth", truth_source, reference, "truth")
         ctx = metric_context(engine, protocol, condition, space)
     except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
         reason = _failure(exc)
         return [
             _row(engine, condition, protocol, role, name, math.nan, reason)
-            for role, name, _ in named
+            for role, name, _, _ in named
         ]
     rows = []
-    for (role, name, getter), registered in zip(named, shareable, strict=True):
+    for role, name, getter, registered in named:
         cut: list[Subsampled] = []
         try:
             source = getter(engine, condition)
@@ -481,8 +420,7 @@ def _perturbation_task(
             )
             if fast is None:
                 identity = candidate_identity(name, getter, registered)
-                view = shared.view(identity, engine, protocol, condition, source, space, own, key)
-                fast = protocol.metric(truth_view, view, ctx)
+                fast = protocol.metric(truth_view, view(identity, source, own, key), ctx)
             value = float(fast)
             reason = "" if math.isfinite(value) else UNDEFINED_REASON
         except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
@@ -491,17 +429,6 @@ def _perturbation_task(
         row[_SUBSAMPLED] = (*subsampled, *cut)
         rows.append(row)
     return rows
-
-
-def _warm_ups(engine: Engine, protocols: Sequence[Protocol]) -> list[tuple[Protocol, int]]:
-    """(protocol, condition) pairs whose views :func:`_warm_task` computes ahead."""
-    n_conditions = engine.context.layout.n_conditions
-    return [
-        (protocol, condition)
-        for protocol in protocols
-        if protocol.scope == "dataset" and protocol.representation in CONTROL_REPRESENTATIONS
-        for condition in range(n_conditions)
-    ]
 
 
 def _warm_task(

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ClusterSession", "cluster_session", "connect", "is_dask_client"]
 
+#: A task of a run: the function and its arguments before the candidates.
 Task = tuple[Callable[..., list[dict[str, Any]]], tuple[Any, ...]]
 
 #: Start of the dask key of every protocol task.

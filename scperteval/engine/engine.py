@@ -171,15 +171,6 @@ class Engine:
         """DE of the truth (half, or all cells) against the other perturbed cells."""
         return self.context.de(reference="rest", half=self.truth_half)
 
-    def dataset_means(self) -> np.ndarray:
-        """Per condition, the mean of the other perturbations' centroids in its group.
-
-        Built afresh on each call: the sources take one row at a time
-        (:meth:`dataset_mean`), and a cached table would hold a row per condition
-        for the whole run.
-        """
-        return np.vstack([self.dataset_mean(k) for k in range(self.context.layout.n_conditions)])
-
     def dataset_mean(self, condition: int) -> np.ndarray:
         """The mean of the centroids of the other perturbations of the condition's group.
 
@@ -235,17 +226,14 @@ class Engine:
 
         return self.memo("covariate_all_stats", build)
 
-    def covariate_cells(self, covariate: int) -> np.ndarray:
-        """Positions of every evaluated cell (controls included) of a covariate group."""
+    def covariate_cells(self, covariate: int, controls: bool = True) -> np.ndarray:
+        """Positions of every evaluated cell of a covariate group (its controls unless not)."""
         layout = self.context.layout
-        groups = np.concatenate(
-            [
-                2 * self.conditions_of(covariate),
-                2 * self.conditions_of(covariate) + 1,
-                [layout.control_group(covariate)],
-            ]
-        )
-        return np.flatnonzero(np.isin(layout.codes, groups))
+        conditions = self.conditions_of(covariate)
+        groups = [2 * conditions, 2 * conditions + 1]
+        if controls:
+            groups.append(np.array([layout.control_group(covariate)]))
+        return np.flatnonzero(np.isin(layout.codes, np.concatenate(groups)))
 
     def target_genes(self, condition: int) -> np.ndarray:
         """Indices of the measured genes named by a condition's perturbation(s)."""
@@ -293,11 +281,7 @@ class Engine:
         """The group's seeded sample of evaluated perturbed cells and its statistics."""
 
         def build() -> tuple[np.ndarray, GroupStats]:
-            layout = self.context.layout
-            groups = np.concatenate(
-                [2 * self.conditions_of(covariate), 2 * self.conditions_of(covariate) + 1]
-            )
-            pool = np.flatnonzero(np.isin(layout.codes, groups))
+            pool = self.covariate_cells(covariate, controls=False)
             positions = self._sample(pool, "perturbed", covariate)
             return positions, self.moments_of(positions)
 

@@ -48,11 +48,6 @@ class FeatureMap:
     def _threads(self) -> Threads:
         return self.threads or Threads()
 
-    @property
-    def is_selection(self) -> bool:
-        """Whether the space selects genes (rather than projecting them)."""
-        return self.genes is not None
-
     @cached_property
     def feature_names(self) -> tuple[str, ...]:
         """The feature names as strings, built once per space (metric contexts share it)."""

@@ -28,6 +28,7 @@ protocols always use every cell: their cost is linear in the cells.
 from __future__ import annotations
 
 import numbers
+from collections import Counter
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -148,14 +149,6 @@ def population_subset(
     return np.sort(rng.choice(n_cells, cap, replace=False))
 
 
-def _n_cells(source: SourceData) -> int | None:
-    if source.rows is not None:
-        return int(source.rows.shape[0])
-    if source.positions is not None:
-        return int(source.positions.size)
-    return None
-
-
 def cap_source(
     engine: CapEngine, condition: int, name: str, source: SourceData
 ) -> tuple[SourceData, Subsampled | None]:
@@ -183,8 +176,11 @@ def cap_source(
         population, else ``None``.
 
     """
-    n_cells = _n_cells(source)
-    if n_cells is None:
+    if source.rows is not None:
+        n_cells = int(source.rows.shape[0])
+    elif source.positions is not None:
+        n_cells = int(source.positions.size)
+    else:
         return source, None
     target = engine.context.layout.conditions[condition]
     keep = population_subset(
@@ -227,9 +223,7 @@ def subsampled_summary(cap: int | None, subsampled: set[Subsampled]) -> dict[str
 
     """
     ordered = sorted(subsampled)
-    by_source: dict[str, int] = {}
-    for _, _, source, _ in ordered:
-        by_source[source] = by_source.get(source, 0) + 1
+    by_source = Counter(source for _, _, source, _ in ordered)
     return {
         "max_population_cells": NO_CAP if cap is None else int(cap),
         "n_subsampled": len(ordered),

@@ -124,21 +124,17 @@ class Protocol:
             )
         metric = METRICS.resolve(spec["metric"])
         meta = metric.entry.meta
-        representation = str(spec.get("representation", meta.get("representation", "centroid")))
-        scope = str(spec.get("scope", meta.get("scope", "perturbation")))
-        better = str(spec.get("better", meta.get("better", "higher")))
-        perfect = float(spec.get("perfect", meta.get("perfect", math.nan)))
         protocol = cls(
             name=name,
             metric=metric,
-            representation=representation,
-            scope=scope,
+            representation=str(spec.get("representation", meta.get("representation", "centroid"))),
+            scope=str(spec.get("scope", meta.get("scope", "perturbation"))),
             space=str(spec.get("space", "full")),
             centering=str(spec.get("centering", "none")),
             positive=str(spec.get("positive", "technical_duplicate")),
             negative=str(spec.get("negative", "dataset_mean")),
-            better=better,
-            perfect=perfect,
+            better=str(spec.get("better", meta.get("better", "higher"))),
+            perfect=float(spec.get("perfect", meta.get("perfect", math.nan))),
             description=str(spec.get("description", metric.entry.description)),
         )
         protocol.validate()

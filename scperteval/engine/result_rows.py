@@ -61,15 +61,8 @@ def result_row(
 
     """
     target = engine.context.layout.conditions[condition]
-    return {
-        "covariate": target.covariate,
-        "perturbation": target.perturbation,
-        "protocol": protocol.name,
-        "source": role,
-        "source_name": name,
-        "value": value,
-        "reason": reason,
-    }
+    fields = (target.covariate, target.perturbation, protocol.name, role, name, value, reason)
+    return dict(zip(RESULT_COLUMNS, fields, strict=True))
 
 
 def failure_reason(exc: BaseException) -> str:

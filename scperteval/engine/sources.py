@@ -122,11 +122,6 @@ class SourceData:
     control: SourceData | None = None
     half: str | None = None
 
-    @property
-    def has_cells(self) -> bool:
-        """Whether the source consists of cells (not only a centroid)."""
-        return self.positions is not None or self.rows is not None
-
 
 def _half_source(engine: SourceEngine, condition: int, half: str) -> SourceData:
     context = engine.context
@@ -173,9 +168,7 @@ def interpolated_duplicate(engine: SourceEngine, condition: int) -> SourceData:
     padj = context.de_adjusted_pvalues(reference="rest", half="duplicate")[condition]
     alpha = np.where(np.isfinite(padj), 1.0 - padj, 0.0)
     duplicate = context.centroids("duplicate")[condition]
-    return SourceData(
-        centroid=alpha * duplicate + (1.0 - alpha) * engine.dataset_mean(condition)
-    )
+    return SourceData(centroid=alpha * duplicate + (1.0 - alpha) * engine.dataset_mean(condition))
 
 
 @SOURCES.register(
@@ -204,6 +197,16 @@ def control_mean(engine: SourceEngine, condition: int) -> SourceData:
     return SourceData(centroid=engine.control_mean(condition))
 
 
+def _other_perturbed(engine: SourceEngine, condition: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """The condition's group, its perturbed sample, and the indices of other cells in it."""
+    covariate = engine.covariate_index(condition)
+    sample, _ = engine.perturbed_sample(covariate)
+    others, _ = engine.sample_split(condition)
+    if others.size < 2:
+        raise DegenerateInput("fewer than 2 other perturbed cells to sample from")
+    return covariate, sample, others
+
+
 @SOURCES.register(
     "all_perturbed_sample",
     description="negative control: seeded sample of other perturbed cells (capped)",
@@ -211,11 +214,7 @@ def control_mean(engine: SourceEngine, condition: int) -> SourceData:
 )
 def all_perturbed_sample(engine: SourceEngine, condition: int) -> SourceData:
     """The group's shared sample of perturbed cells without this perturbation's cells."""
-    covariate = engine.covariate_index(condition)
-    sample, _ = engine.perturbed_sample(covariate)
-    others, _ = engine.sample_split(condition)
-    if others.size < 2:
-        raise DegenerateInput("fewer than 2 other perturbed cells to sample from")
+    covariate, sample, others = _other_perturbed(engine, condition)
     moments = engine.sample_without(condition)
     return SourceData(
         centroid=moments.mean[0],
@@ -237,11 +236,7 @@ def matched_perturbed_sample(engine: SourceEngine, condition: int) -> SourceData
     truth with a positive and a negative control of equal size keeps the two
     comparisons on the same footing; it also keeps optimal transport problems small.
     """
-    covariate = engine.covariate_index(condition)
-    sample, _ = engine.perturbed_sample(covariate)
-    others, _ = engine.sample_split(condition)
-    if others.size < 2:
-        raise DegenerateInput("fewer than 2 other perturbed cells to sample from")
+    covariate, sample, others = _other_perturbed(engine, condition)
     pool = sample[others]
     size = engine.positions(condition, "duplicate").size
     target = engine.context.layout.conditions[condition]

@@ -16,7 +16,7 @@ same exact PCA (:func:`principal_axes`, re-exported here for it).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -81,9 +81,7 @@ def _check_k(k: int) -> int:
     return int(k)
 
 
-@SPACES.register(
-    "full", description="all genes", per_condition=False, large_fit=False, from_cells=True
-)
+@SPACES.register("full", description="all genes", large_fit=False, from_cells=True)
 def full(engine: Engine, condition: int) -> FeatureMap:
     """All genes of the dataset."""
     return engine.memo(
@@ -144,38 +142,37 @@ def expressed(engine: Engine, condition: int) -> FeatureMap:
 @SPACES.register(
     "hvg",
     description="k most variable genes across the covariate group's cells",
-    per_condition=False,
     large_fit=False,
     from_cells=True,
 )
 def hvg(engine: Engine, condition: int, *, k: int = 2000) -> FeatureMap:
     """The ``k`` genes of largest variance of log expression over all cells of the group."""
-    _check_k(k)
-    covariate = engine.covariate_index(condition)
-
-    def build() -> FeatureMap:
-        variance = engine.covariate_all_stats().variance()[covariate]
-        return _selection(engine, f"hvg(k={k})", top_indices(variance, k))
-
-    return engine.memo(("space", "hvg", k, covariate), build)
+    return _group_top_k(
+        engine, condition, "hvg", k, lambda: engine.covariate_all_stats().variance()
+    )
 
 
 @SPACES.register(
     "heg",
     description="k genes most expressed in the controls",
-    per_condition=False,
     large_fit=False,
 )
 def heg(engine: Engine, condition: int, *, k: int = 1000) -> FeatureMap:
     """The ``k`` genes with the highest mean expression in the group's control cells."""
+    return _group_top_k(engine, condition, "heg", k, lambda: engine.context.control_stats().mean)
+
+
+def _group_top_k(
+    engine: Engine, condition: int, name: str, k: int, scores: Callable[[], np.ndarray]
+) -> FeatureMap:
+    """The ``k`` genes of highest ``scores()`` row of the condition's group, cached per group."""
     _check_k(k)
     covariate = engine.covariate_index(condition)
 
     def build() -> FeatureMap:
-        control_mean = engine.context.control_stats().mean[covariate]
-        return _selection(engine, f"heg(k={k})", top_indices(control_mean, k))
+        return _selection(engine, f"{name}(k={k})", top_indices(scores()[covariate], k))
 
-    return engine.memo(("space", "heg", k, covariate), build)
+    return engine.memo(("space", name, k, covariate), build)
 
 
 @SPACES.register(
@@ -192,7 +189,6 @@ def perturbed_genes(engine: Engine, condition: int) -> FeatureMap:
 @SPACES.register(
     "pca",
     description="first k principal components (seeded fit per covariate group)",
-    per_condition=False,
     large_fit=True,
     from_cells=True,
 )
@@ -237,7 +233,7 @@ def resolve_space(engine: Engine, spec: str, condition: int) -> FeatureMap:
         if "|" in spec and "&" in spec:
             raise SpecError(f"space {spec!r}: mix of '|' and '&' is not supported")
         parts = [resolve_space(engine, part.strip(), condition) for part in spec.split(operator)]
-        if not all(part.is_selection for part in parts):
+        if not all(part.genes is not None for part in parts):
             raise SpecError(
                 f"space {spec!r}: only gene selections can be combined, not projections"
             )

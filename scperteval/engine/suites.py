@@ -146,17 +146,15 @@ def resolve_protocols(spec: str | Protocol | Iterable[Any]) -> list[Protocol]:
     Names are looked up in the default catalogue (``mse_top_k=30`` instantiates a
     family). A :class:`Protocol` or a mapping (a TOML-like table) is used as given.
     """
-    if isinstance(spec, Protocol):
-        return [spec]
-    if isinstance(spec, Mapping):
-        return [Protocol.from_mapping(spec)]
-    if isinstance(spec, str):
+    if isinstance(spec, (Protocol, Mapping)):
+        items: list[Any] = [spec]
+    elif isinstance(spec, str):
         text = spec.strip()
         if not text:
             raise SpecError("no protocol given; name a suite (e.g. default) or protocols")
         if "," not in text and (_is_path(text) or _is_suite(text) or Path(text).is_file()):
             return load_suite(text)
-        items: list[Any] = [part.strip() for part in _split_names(text) if part.strip()]
+        items = [part.strip() for part in _split_names(text) if part.strip()]
     elif isinstance(spec, Iterable):
         items = list(spec)
     else:
