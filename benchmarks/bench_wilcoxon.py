@@ -29,7 +29,8 @@ both on 2 threads: 2.3 times faster, although ours also hashes the input, builds
 the 5.6-million-row table and writes it. The p-values of the 140,000 sampled tests
 differ from illico's by at most 1.2e-14, and equal scipy's to 1e-12 (the tests).
 The kernel is also the one the cell-eval metrics and the ``rest`` reference use,
-with no further dependency. The pooled ranking per perturbation it replaced ran
+with no further dependency. A second run on the final code (2 repeats): 24.4 s
+against illico's 40.9 s (1.7 times). The pooled ranking per perturbation it replaced ran
 25 minutes on this screen without finishing.
 
 Example::
