@@ -9,7 +9,7 @@ reading options of the other entry points that apply to groups of cells
 from __future__ import annotations
 
 import concurrent.futures as cf
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -136,6 +136,55 @@ def _index(
     return pd.MultiIndex.from_product([[covariate], list(labels)], names=[covariate_key, groupby])
 
 
+def _compared(
+    distance: Distance,
+    data: Any,
+    groupby: str,
+    groups: Sequence[str] | None,
+    reading: tuple[Any, ...],
+    n_jobs: int | None,
+    reference: str | None = None,
+) -> Iterator[tuple[str | None, GroupedCells, dict[str, Group], Distance, list[str]]]:
+    """Per covariate value, what every distance function compares, summaries prepared.
+
+    ``reading`` holds the reading options of :func:`_reading` after ``data``. Yields the
+    covariate column, the cells, their groups by label, the distance fitted on them and
+    the labels of ``groups`` (all by default) that the covariate value has; the
+    ``reference``, when given, is read and prepared too, and must have cells.
+    """
+    adata, options = _reading(data, *reading)
+    wanted = groups
+    if reference is not None and groups is not None:
+        wanted = list(dict.fromkeys([*map(str, groups), reference]))
+    for cells in group_cells(adata, groupby, groups=wanted, **options):
+        covariate_key = options["covariate_key"]
+        if reference is not None and reference not in cells.cells:
+            where = "" if cells.covariate == ALL else f" in {covariate_key}={cells.covariate!r}"
+            raise DatasetError(f"reference group {reference!r} has no cell{where}")
+        by_label = _groups_of(cells)
+        measure = fitted(distance, list(by_label.values()))
+        labels = [g for g in cells.groups if groups is None or g in set(map(str, groups))]
+        used = dict.fromkeys(labels if reference is None else [*labels, reference])
+        _prepare(measure, {label: by_label[label] for label in used}, n_jobs)
+        yield covariate_key, cells, by_label, measure, labels
+
+
+def _reference_table(
+    rows: list[dict[str, Any]],
+    keys: list[Any],
+    columns: list[str],
+    covariate_key: str | None,
+    groupby: str,
+) -> pd.DataFrame:
+    """The rows of every group tested against a reference, indexed like :func:`onesided`."""
+    table = pd.DataFrame(rows, columns=columns)
+    if covariate_key is None:
+        table.index = pd.Index(keys, name=groupby)
+    else:
+        table.index = pd.MultiIndex.from_tuples(keys, names=[covariate_key, groupby])
+    return table
+
+
 def pairwise(
     adata: Any,
     groupby: str,
@@ -210,16 +259,11 @@ def pairwise(
     """
     distance = resolve_distance(metric)
     _pairwise_only(distance, "pairwise")
-    adata, reading = _reading(
-        adata, obsm_key, layer, space, covariate_key, subset, normalize, backed
-    )
-    covariate_key = reading["covariate_key"]
+    reading = (obsm_key, layer, space, covariate_key, subset, normalize, backed)
     frames = []
-    for cells in group_cells(adata, groupby, groups=groups, **reading):
-        by_label = _groups_of(cells)
-        measure = fitted(distance, list(by_label.values()))
-        _prepare(measure, by_label, n_jobs)
-        labels = cells.groups
+    for covariate_key, cells, by_label, measure, labels in _compared(
+        distance, adata, groupby, groups, reading, n_jobs
+    ):
         pairs = [
             (i, j)
             for i in range(len(labels))
@@ -368,21 +412,11 @@ def onesided(
     """
     distance = resolve_distance(metric)
     reference = str(reference)
-    wanted = None if groups is None else list(dict.fromkeys([*map(str, groups), reference]))
-    adata, reading = _reading(
-        adata, obsm_key, layer, space, covariate_key, subset, normalize, backed
-    )
-    covariate_key = reading["covariate_key"]
+    reading = (obsm_key, layer, space, covariate_key, subset, normalize, backed)
     parts = []
-    for cells in group_cells(adata, groupby, groups=wanted, **reading):
-        if reference not in cells.cells:
-            where = "" if cells.covariate == ALL else f" in {covariate_key}={cells.covariate!r}"
-            raise DatasetError(f"reference group {reference!r} has no cell{where}")
-        by_label = _groups_of(cells)
-        measure = fitted(distance, list(by_label.values()))
-        labels = [g for g in cells.groups if groups is None or g in set(map(str, groups))]
-        used = {label: by_label[label] for label in {*labels, reference}}
-        _prepare(measure, used, n_jobs)
+    for covariate_key, cells, by_label, measure, labels in _compared(
+        distance, adata, groupby, groups, reading, n_jobs, reference
+    ):
         others = [label for label in labels if label != reference]
         joint = getattr(measure, "onesided_all", None)
         if joint is not None:
