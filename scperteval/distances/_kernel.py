@@ -19,7 +19,7 @@ import numpy as np
 
 from scperteval.distances._base import DISTANCES, Distance, Group
 from scperteval.errors import DatasetError
-from scperteval.kernels.pairs import SQRT, pair_sums
+from scperteval.kernels.pairs import SQRT, PairTransform, pair_sums
 from scperteval.kernels.threads import Threads
 from scperteval.metrics.population import (
     DEFAULT_MAX_ITER,
@@ -103,6 +103,11 @@ class PairKernelDistance(Distance):
         if not starts.size:
             return np.zeros(0)
         return np.add.reduceat(column_sums, starts)
+
+    def centred_sum(self, x: Group, y: Group | None, transform: PairTransform) -> float:
+        """``pair_sums`` of the shifted cells: cross pairs, or pairs ``i < j`` of ``x`` alone."""
+        other = None if y is None else y.centred
+        return pair_sums(x.centred, other, [transform], threads=self.threads)[0]
 
     @abstractmethod
     def block_sums(self, x: Group, y: Group | None) -> tuple[float, float]:
@@ -222,9 +227,8 @@ class EnergyDistance(PairKernelDistance):
             gap = x.mean - y.mean
             spread = float(x.variance().sum() + y.variance().sum())
             return x.n * y.n * (float(gap @ gap) + spread), 0.0
-        if y is None:
-            return 2.0 * pair_sums(x.centred, None, [SQRT], threads=self.threads)[0], 0.0
-        return pair_sums(x.centred, y.centred, [SQRT], threads=self.threads)[0], 0.0
+        total = self.centred_sum(x, y, SQRT)
+        return (2.0 * total if y is None else total), 0.0
 
     def combine(
         self,

@@ -38,7 +38,6 @@ from scperteval.distances._base import Distance, Group, resolve_distance
 from scperteval.distances._kernel import PairKernelDistance
 from scperteval.distances._mmd import MMD
 from scperteval.errors import SpecError
-from scperteval.kernels.median import median_distance
 from scperteval.stats.multiple_testing import CORRECTIONS, adjust
 
 __all__ = ["permutation_test", "permutations"]
@@ -174,8 +173,7 @@ def _kernel_null(
     if isinstance(measure, MMD) and measure.bandwidth == "pair_median":
         # The pooled sample, hence its median, is the same for every relabelling.
         measure = copy.copy(measure)
-        pooled = np.vstack([x.centred, y.centred])
-        measure.bandwidth = median_distance(pooled, threads=measure.threads) or 1.0
+        measure.bandwidth = measure.pair_sigma(x, y)
         reference_block = None
     sums = _PooledSums(measure, used, max_bytes, reference_block)
     small_is_x = n <= m
