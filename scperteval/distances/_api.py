@@ -78,13 +78,8 @@ def _batched_table(
     def row(i: int) -> None:
         first = int(offsets[i + 1])
         sums = measure.cross_sums(groups[i], stacked[first:], offsets[i + 1 : count] - first)
-        within_x, diag_x = measure.within(groups[i])
         for k, j in enumerate(range(i + 1, count)):
-            within_y, diag_y = measure.within(groups[j])
-            value = measure.combine(
-                float(sums[k]), within_x, within_y, diag_x, diag_y, groups[i].n, groups[j].n
-            )
-            table[i, j] = table[j, i] = value
+            table[i, j] = table[j, i] = measure.from_cross(float(sums[k]), groups[i], groups[j])
 
     with measure.threads.single_threaded_blas():
         _run(list(range(count)), row, n_jobs)
@@ -98,16 +93,7 @@ def _batched_column(
     stacked, offsets = _stack(measure, groups)
     with measure.threads.single_threaded_blas():
         sums = measure.cross_sums(reference, stacked, offsets[:-1], measure.threads)
-    within_y, diag_y = measure.within(reference)
-    values = []
-    for k, group in enumerate(groups):
-        within_x, diag_x = measure.within(group)
-        values.append(
-            measure.combine(
-                float(sums[k]), within_x, within_y, diag_x, diag_y, group.n, reference.n
-            )
-        )
-    return values
+    return [measure.from_cross(float(sums[k]), group, reference) for k, group in enumerate(groups)]
 
 
 def _run(tasks: Sequence[Any], function: Any, n_jobs: int | None) -> list[Any]:

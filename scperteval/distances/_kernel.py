@@ -145,9 +145,12 @@ class PairKernelDistance(Distance):
     def between(self, x: Group, y: Group) -> float:
         """The distance from the block sums, the within ones from the cache."""
         check_size(self, x, y)
+        return self.from_cross(self.block_sums(x, y)[0], x, y)
+
+    def from_cross(self, cross: float, x: Group, y: Group) -> float:
+        """The distance from the cross sum ``S_xy``, the within sums from the cache."""
         within_x, diag_x = self._within(x)
         within_y, diag_y = self._within(y)
-        cross, _ = self.block_sums(x, y)
         return self.combine(cross, within_x, within_y, diag_x, diag_y, x.n, y.n)
 
 
