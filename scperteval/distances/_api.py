@@ -250,19 +250,18 @@ def pairwise(
     for covariate_key, cells, by_label, measure, labels in _compared(
         distance, adata, groupby, groups, reading, n_jobs
     ):
-        pairs = [
-            (i, j)
-            for i in range(len(labels))
-            for j in range(len(labels))
-            if i != j and (i < j or not measure.symmetric)
-        ]
         if _batchable(measure):
             table = _batched_table(measure, [by_label[g] for g in labels], n_jobs)  # type: ignore[arg-type]
         else:
+            pairs = [
+                (i, j)
+                for i in range(len(labels))
+                for j in range(len(labels))
+                if i != j and (i < j or not measure.symmetric)
+            ]
             tasks = [(measure, by_label[labels[i]], by_label[labels[j]]) for i, j in pairs]
-            values = _run(tasks, _between, n_jobs)
             table = np.zeros((len(labels), len(labels)))
-            for (i, j), value in zip(pairs, values, strict=True):
+            for (i, j), value in zip(pairs, _run(tasks, _between, n_jobs), strict=True):
                 table[i, j] = value
                 if measure.symmetric:
                     table[j, i] = value
@@ -407,16 +406,12 @@ def onesided(
         joint = getattr(measure, "onesided_all", None)
         if joint is not None:
             value_of = joint(by_label, reference, others)
-        elif _batchable(measure):
-            values = _batched_column(
-                measure,  # type: ignore[arg-type]
-                [by_label[g] for g in others],
-                by_label[reference],
-            )
-            value_of = dict(zip(others, values, strict=True))
         else:
-            tasks = [(measure, by_label[g], by_label[reference]) for g in others]
-            values = _run(tasks, _between, n_jobs)
+            ref = by_label[reference]
+            if _batchable(measure):
+                values = _batched_column(measure, [by_label[g] for g in others], ref)  # type: ignore[arg-type]
+            else:
+                values = _run([(measure, by_label[g], ref) for g in others], _between, n_jobs)
             value_of = dict(zip(others, values, strict=True))
         series = pd.Series(
             [value_of.get(label, 0.0) for label in labels],
