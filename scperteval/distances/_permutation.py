@@ -174,7 +174,6 @@ def _kernel_null(
         # The pooled sample, hence its median, is the same for every relabelling.
         measure = copy.copy(measure)
         measure.bandwidth = measure.pair_sigma(x, y)
-        reference_block = None
     sums = _PooledSums(measure, used, max_bytes, reference_block)
     small_is_x = n <= m
     observed_side = np.arange(n) if small_is_x else np.arange(n, n + m)
@@ -293,7 +292,12 @@ def permutation_test(
         ref = by_label[reference]
         # The reference's own block of the pooled matrix is the same for every group.
         reference_block = None
-        if isinstance(measure, PairKernelDistance) and 8 * ref.n**2 <= max_matrix_bytes:
+        per_pair = isinstance(measure, MMD) and measure.bandwidth == "pair_median"
+        if (
+            isinstance(measure, PairKernelDistance)
+            and not per_pair
+            and 8 * ref.n**2 <= max_matrix_bytes
+        ):
             reference_block = measure.pair_matrix(measure.cells_of(ref))
         for label in (g for g in labels if g != reference):
             x = by_label[label]
