@@ -57,6 +57,7 @@ def _slow_pvalues(adata: ad.AnnData, metric: str, seed: int) -> dict[str, float]
         "edistance",
         "energy_distance",
         "mmd(bandwidth=1.2)",
+        "mmd(bandwidth='pair_median')",
         "mmd(kernel='poly', coef0=1.0)",
         "mmd(kernel='linear')",
         "euclidean",

@@ -337,3 +337,17 @@ def test_sinkhorn_without_geomloss(monkeypatch):
         sinkhorn(x, y, backend="online", tol=None)
     with pytest.raises(MissingExtraError, match=r"scperteval\[ot\]"):
         sinkhorn(x, y, PerturbationContext("p", device="cpu"))
+
+
+def test_mmd_bandwidth_names_the_median_the_option_asks_for():
+    from scperteval.metrics.population import mmd_bandwidth
+
+    medians = {True: 3.0, False: 0.0}
+    assert mmd_bandwidth(None, medians.__getitem__) == 3.0
+    # No two truth cells differ: every kernel value is 1, and sigma = 1 stands in.
+    assert mmd_bandwidth("truth", medians.__getitem__) == 1.0
+    assert mmd_bandwidth(0.5, medians.__getitem__) == 0.5
+    with pytest.raises(ValueError, match="'truth' or a number"):
+        mmd_bandwidth("pooled", medians.__getitem__)
+    with pytest.raises(ValueError):
+        mmd_bandwidth(-1.0, medians.__getitem__)

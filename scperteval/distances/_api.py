@@ -9,7 +9,7 @@ reading options of the other entry points that apply to groups of cells
 from __future__ import annotations
 
 import concurrent.futures as cf
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -78,13 +78,8 @@ def _batched_table(
     def row(i: int) -> None:
         first = int(offsets[i + 1])
         sums = measure.cross_sums(groups[i], stacked[first:], offsets[i + 1 : count] - first)
-        within_x, diag_x = measure.within(groups[i])
         for k, j in enumerate(range(i + 1, count)):
-            within_y, diag_y = measure.within(groups[j])
-            value = measure.combine(
-                float(sums[k]), within_x, within_y, diag_x, diag_y, groups[i].n, groups[j].n
-            )
-            table[i, j] = table[j, i] = value
+            table[i, j] = table[j, i] = measure.from_cross(float(sums[k]), groups[i], groups[j])
 
     with measure.threads.single_threaded_blas():
         _run(list(range(count)), row, n_jobs)
@@ -98,16 +93,7 @@ def _batched_column(
     stacked, offsets = _stack(measure, groups)
     with measure.threads.single_threaded_blas():
         sums = measure.cross_sums(reference, stacked, offsets[:-1], measure.threads)
-    within_y, diag_y = measure.within(reference)
-    values = []
-    for k, group in enumerate(groups):
-        within_x, diag_x = measure.within(group)
-        values.append(
-            measure.combine(
-                float(sums[k]), within_x, within_y, diag_x, diag_y, group.n, reference.n
-            )
-        )
-    return values
+    return [measure.from_cross(float(sums[k]), group, reference) for k, group in enumerate(groups)]
 
 
 def _run(tasks: Sequence[Any], function: Any, n_jobs: int | None) -> list[Any]:
@@ -134,6 +120,55 @@ def _index(
     if covariate_key is None:
         return pd.Index(list(labels), name=groupby)
     return pd.MultiIndex.from_product([[covariate], list(labels)], names=[covariate_key, groupby])
+
+
+def _compared(
+    distance: Distance,
+    data: Any,
+    groupby: str,
+    groups: Sequence[str] | None,
+    reading: tuple[Any, ...],
+    n_jobs: int | None,
+    reference: str | None = None,
+) -> Iterator[tuple[str | None, GroupedCells, dict[str, Group], Distance, list[str]]]:
+    """Per covariate value, what every distance function compares, summaries prepared.
+
+    ``reading`` holds the reading options of :func:`_reading` after ``data``. Yields the
+    covariate column, the cells, their groups by label, the distance fitted on them and
+    the labels of ``groups`` (all by default) that the covariate value has; the
+    ``reference``, when given, is read and prepared too, and must have cells.
+    """
+    adata, options = _reading(data, *reading)
+    wanted = groups
+    if reference is not None and groups is not None:
+        wanted = list(dict.fromkeys([*map(str, groups), reference]))
+    for cells in group_cells(adata, groupby, groups=wanted, **options):
+        covariate_key = options["covariate_key"]
+        if reference is not None and reference not in cells.cells:
+            where = "" if cells.covariate == ALL else f" in {covariate_key}={cells.covariate!r}"
+            raise DatasetError(f"reference group {reference!r} has no cell{where}")
+        by_label = _groups_of(cells)
+        measure = fitted(distance, list(by_label.values()))
+        labels = [g for g in cells.groups if groups is None or g in set(map(str, groups))]
+        used = dict.fromkeys(labels if reference is None else [*labels, reference])
+        _prepare(measure, {label: by_label[label] for label in used}, n_jobs)
+        yield covariate_key, cells, by_label, measure, labels
+
+
+def _reference_table(
+    rows: list[dict[str, Any]],
+    keys: list[Any],
+    columns: list[str],
+    covariate_key: str | None,
+    groupby: str,
+) -> pd.DataFrame:
+    """The rows of every group tested against a reference, indexed like :func:`onesided`."""
+    table = pd.DataFrame(rows, columns=columns)
+    if covariate_key is None:
+        table.index = pd.Index(keys, name=groupby)
+    else:
+        table.index = pd.MultiIndex.from_tuples(keys, names=[covariate_key, groupby])
+    return table
 
 
 def pairwise(
@@ -210,29 +245,23 @@ def pairwise(
     """
     distance = resolve_distance(metric)
     _pairwise_only(distance, "pairwise")
-    adata, reading = _reading(
-        adata, obsm_key, layer, space, covariate_key, subset, normalize, backed
-    )
-    covariate_key = reading["covariate_key"]
+    reading = (obsm_key, layer, space, covariate_key, subset, normalize, backed)
     frames = []
-    for cells in group_cells(adata, groupby, groups=groups, **reading):
-        by_label = _groups_of(cells)
-        measure = fitted(distance, list(by_label.values()))
-        _prepare(measure, by_label, n_jobs)
-        labels = cells.groups
-        pairs = [
-            (i, j)
-            for i in range(len(labels))
-            for j in range(len(labels))
-            if i != j and (i < j or not measure.symmetric)
-        ]
+    for covariate_key, cells, by_label, measure, labels in _compared(
+        distance, adata, groupby, groups, reading, n_jobs
+    ):
         if _batchable(measure):
             table = _batched_table(measure, [by_label[g] for g in labels], n_jobs)  # type: ignore[arg-type]
         else:
+            pairs = [
+                (i, j)
+                for i in range(len(labels))
+                for j in range(len(labels))
+                if i != j and (i < j or not measure.symmetric)
+            ]
             tasks = [(measure, by_label[labels[i]], by_label[labels[j]]) for i, j in pairs]
-            values = _run(tasks, _between, n_jobs)
             table = np.zeros((len(labels), len(labels)))
-            for (i, j), value in zip(pairs, values, strict=True):
+            for (i, j), value in zip(pairs, _run(tasks, _between, n_jobs), strict=True):
                 table[i, j] = value
                 if measure.symmetric:
                     table[j, i] = value
@@ -368,35 +397,21 @@ def onesided(
     """
     distance = resolve_distance(metric)
     reference = str(reference)
-    wanted = None if groups is None else list(dict.fromkeys([*map(str, groups), reference]))
-    adata, reading = _reading(
-        adata, obsm_key, layer, space, covariate_key, subset, normalize, backed
-    )
-    covariate_key = reading["covariate_key"]
+    reading = (obsm_key, layer, space, covariate_key, subset, normalize, backed)
     parts = []
-    for cells in group_cells(adata, groupby, groups=wanted, **reading):
-        if reference not in cells.cells:
-            where = "" if cells.covariate == ALL else f" in {covariate_key}={cells.covariate!r}"
-            raise DatasetError(f"reference group {reference!r} has no cell{where}")
-        by_label = _groups_of(cells)
-        measure = fitted(distance, list(by_label.values()))
-        labels = [g for g in cells.groups if groups is None or g in set(map(str, groups))]
-        used = {label: by_label[label] for label in {*labels, reference}}
-        _prepare(measure, used, n_jobs)
+    for covariate_key, cells, by_label, measure, labels in _compared(
+        distance, adata, groupby, groups, reading, n_jobs, reference
+    ):
         others = [label for label in labels if label != reference]
         joint = getattr(measure, "onesided_all", None)
         if joint is not None:
             value_of = joint(by_label, reference, others)
-        elif _batchable(measure):
-            values = _batched_column(
-                measure,  # type: ignore[arg-type]
-                [by_label[g] for g in others],
-                by_label[reference],
-            )
-            value_of = dict(zip(others, values, strict=True))
         else:
-            tasks = [(measure, by_label[g], by_label[reference]) for g in others]
-            values = _run(tasks, _between, n_jobs)
+            ref = by_label[reference]
+            if _batchable(measure):
+                values = _batched_column(measure, [by_label[g] for g in others], ref)  # type: ignore[arg-type]
+            else:
+                values = _run([(measure, by_label[g], ref) for g in others], _between, n_jobs)
             value_of = dict(zip(others, values, strict=True))
         series = pd.Series(
             [value_of.get(label, 0.0) for label in labels],

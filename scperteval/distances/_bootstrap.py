@@ -23,12 +23,11 @@ import numpy as np
 import pandas as pd
 
 from scperteval.data.halves import derive_seed
-from scperteval.distances._api import _groups_of, _pairwise_only, _prepare, _reading, _run, fitted
+from scperteval.distances._api import _compared, _pairwise_only, _reference_table, _run
 from scperteval.distances._base import Distance, Group, resolve_distance
-from scperteval.distances._features import ALL, group_cells
 from scperteval.distances._kernel import PairKernelDistance
 from scperteval.distances._mmd import MMD
-from scperteval.errors import DatasetError, SpecError
+from scperteval.errors import SpecError
 
 __all__ = ["bootstrap", "bootstrap_draws"]
 
@@ -87,7 +86,7 @@ def _kernel_replicates(
     y_counts: np.ndarray,
     y_within: tuple[np.ndarray, np.ndarray],
 ) -> np.ndarray:
-    x_cells = x.centred if measure.shift_invariant else x.cells
+    x_cells = measure.cells_of(x)
     within_x, diag_x = _within(measure, x_cells, x_counts)
     cross = np.einsum("bi,bi->b", x_counts @ measure.pair_matrix(x_cells, y_cells), y_counts)
     within_y, diag_y = y_within
@@ -160,33 +159,23 @@ def bootstrap(
     _check(n_bootstrap, confidence)
     distance = resolve_distance(metric)
     _pairwise_only(distance, "bootstrap")
+    if isinstance(distance, MMD) and distance.bandwidth == "pair_median":
+        raise SpecError("bootstrap needs one kernel for all replicates: give a bandwidth")
     reference = str(reference)
-    wanted = None if groups is None else list(dict.fromkeys([*map(str, groups), reference]))
-    adata, reading = _reading(
-        adata, obsm_key, layer, space, covariate_key, subset, normalize, backed
-    )
-    covariate_key = reading["covariate_key"]
+    reading = (obsm_key, layer, space, covariate_key, subset, normalize, backed)
     tail = (1.0 - float(confidence)) / 2.0
     rows: list[dict[str, Any]] = []
-    index: list[Any] = []
-    for cells in group_cells(adata, groupby, groups=wanted, **reading):
-        if reference not in cells.cells:
-            where = "" if cells.covariate == ALL else f" in {covariate_key}={cells.covariate!r}"
-            raise DatasetError(f"reference group {reference!r} has no cell{where}")
-        by_label = _groups_of(cells)
-        measure = fitted(distance, list(by_label.values()))
-        if isinstance(measure, MMD) and measure.bandwidth == "pair_median":
-            raise SpecError("bootstrap needs one kernel for all replicates: give a bandwidth")
-        labels = [g for g in cells.groups if g != reference]
-        if groups is not None:
-            labels = [g for g in labels if g in set(map(str, groups))]
-        _prepare(measure, {g: by_label[g] for g in [*labels, reference]}, n_jobs)
+    keys: list[Any] = []
+    for covariate_key, cells, by_label, measure, labels in _compared(
+        distance, adata, groupby, groups, reading, n_jobs, reference
+    ):
+        labels = [g for g in labels if g != reference]
         ref = by_label[reference]
         ref_draws = bootstrap_draws(seed, cells.covariate, reference, ref.n, n_bootstrap)
         kernel = measure if isinstance(measure, PairKernelDistance) else None
         shared = None
         if kernel is not None and 8 * ref.n**2 <= max_matrix_bytes:
-            ref_cells = ref.centred if kernel.shift_invariant else ref.cells
+            ref_cells = kernel.cells_of(ref)
             ref_counts = _multiplicities(ref_draws, ref.n)
             shared = (ref_cells, ref_counts, _within(kernel, ref_cells, ref_counts))
         tasks = [
@@ -207,12 +196,9 @@ def bootstrap(
                     "high": float(np.quantile(values, 1.0 - tail)),
                 }
             )
-            index.append(label if covariate_key is None else (cells.covariate, label))
-    table = pd.DataFrame(rows, columns=["distance", "mean", "std", "low", "high"])
-    if covariate_key is None:
-        table.index = pd.Index(index, name=groupby)
-    else:
-        table.index = pd.MultiIndex.from_tuples(index, names=[covariate_key, groupby])
+            keys.append(label if covariate_key is None else (cells.covariate, label))
+    columns = ["distance", "mean", "std", "low", "high"]
+    table = _reference_table(rows, keys, columns, covariate_key, groupby)
     table.attrs.update(
         {"metric": distance.name, "reference": reference, "n_bootstrap": int(n_bootstrap)}
     )

@@ -19,7 +19,7 @@ import numpy as np
 
 from scperteval.distances._base import DISTANCES, Distance, Group
 from scperteval.errors import DatasetError
-from scperteval.kernels.pairs import SQRT, pair_sums
+from scperteval.kernels.pairs import SQRT, PairTransform, pair_sums
 from scperteval.kernels.threads import Threads
 from scperteval.metrics.population import (
     DEFAULT_MAX_ITER,
@@ -104,6 +104,11 @@ class PairKernelDistance(Distance):
             return np.zeros(0)
         return np.add.reduceat(column_sums, starts)
 
+    def centred_sum(self, x: Group, y: Group | None, transform: PairTransform) -> float:
+        """``pair_sums`` of the shifted cells: cross pairs, or pairs ``i < j`` of ``x`` alone."""
+        other = None if y is None else y.centred
+        return pair_sums(x.centred, other, [transform], threads=self.threads)[0]
+
     @abstractmethod
     def block_sums(self, x: Group, y: Group | None) -> tuple[float, float]:
         """``(sum over pairs, sum of the diagonal)``: cross pairs, or ordered pairs of ``x``."""
@@ -140,9 +145,12 @@ class PairKernelDistance(Distance):
     def between(self, x: Group, y: Group) -> float:
         """The distance from the block sums, the within ones from the cache."""
         check_size(self, x, y)
+        return self.from_cross(self.block_sums(x, y)[0], x, y)
+
+    def from_cross(self, cross: float, x: Group, y: Group) -> float:
+        """The distance from the cross sum ``S_xy``, the within sums from the cache."""
         within_x, diag_x = self._within(x)
         within_y, diag_y = self._within(y)
-        cross, _ = self.block_sums(x, y)
         return self.combine(cross, within_x, within_y, diag_x, diag_y, x.n, y.n)
 
 
@@ -222,9 +230,8 @@ class EnergyDistance(PairKernelDistance):
             gap = x.mean - y.mean
             spread = float(x.variance().sum() + y.variance().sum())
             return x.n * y.n * (float(gap @ gap) + spread), 0.0
-        if y is None:
-            return 2.0 * pair_sums(x.centred, None, [SQRT], threads=self.threads)[0], 0.0
-        return pair_sums(x.centred, y.centred, [SQRT], threads=self.threads)[0], 0.0
+        total = self.centred_sum(x, y, SQRT)
+        return (2.0 * total if y is None else total), 0.0
 
     def combine(
         self,

@@ -16,7 +16,7 @@ import numpy as np
 from scperteval.distances._base import DISTANCES, Distance, Group
 from scperteval.distances._kernel import PairKernelDistance, check_size, squared_distances
 from scperteval.kernels.median import median_distance
-from scperteval.kernels.pairs import pair_sums, rbf_transform
+from scperteval.kernels.pairs import rbf_transform
 
 __all__ = ["MEDIAN_CELLS", "MMD"]
 
@@ -152,14 +152,11 @@ class MMD(PairKernelDistance):
                 diag = self._poly_gamma() * np.einsum("ij,ij->i", raw, raw) + self.coef0
                 return self._poly_sums(raw, raw), float((diag**self.degree).sum())
             return self._poly_sums(x.cells, y.cells), 0.0
-        sigma = self._pair_sigma(x, y)
-        transform = rbf_transform(sigma)
-        if y is None:
-            within = pair_sums(x.centred, None, [transform], threads=self.threads)[0]
-            return 2.0 * within + x.n, float(x.n)
-        return pair_sums(x.centred, y.centred, [transform], threads=self.threads)[0], 0.0
+        total = self.centred_sum(x, y, rbf_transform(self.pair_sigma(x, y)))
+        return (2.0 * total + x.n, float(x.n)) if y is None else (total, 0.0)
 
-    def _pair_sigma(self, x: Group, y: Group | None) -> float:
+    def pair_sigma(self, x: Group, y: Group | None) -> float:
+        """The RBF width of the pair ``(x, y)``: per pair (pooled median) for ``"pair_median"``."""
         if self.bandwidth != "pair_median":
             return self._sigma()
         pooled = x.centred if y is None else np.vstack([x.centred, y.centred])
@@ -175,10 +172,8 @@ class MMD(PairKernelDistance):
         if self.bandwidth != "pair_median":
             return super().between(x, y)
         check_size(self, x, y)
-        pooled = np.vstack([x.centred, y.centred])
-        sigma = median_distance(pooled, threads=self.threads) or 1.0
         fixed = copy.copy(self)
-        fixed.bandwidth = sigma
+        fixed.bandwidth = self.pair_sigma(x, y)
         return fixed.between(Group(x.cells, x.shift), Group(y.cells, y.shift))
 
     def combine(

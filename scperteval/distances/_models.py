@@ -23,10 +23,15 @@ from scperteval.errors import DatasetError
 __all__ = ["ClassifierProjection", "ClassifierProbability", "NegativeBinomialLikelihood"]
 
 
-def _logistic(max_iter: int):  # type: ignore[no-untyped-def]
+def _logistic(max_iter: int, features: np.ndarray, labels: np.ndarray):  # type: ignore[no-untyped-def]
+    """A logistic regression (scikit-learn's defaults) fitted to ``features``."""
     from sklearn.linear_model import LogisticRegression
 
-    return LogisticRegression(max_iter=max_iter)
+    model = LogisticRegression(max_iter=max_iter)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # convergence warnings: the value stays defined
+        model.fit(features, labels)
+    return model
 
 
 class ClassifierProbability(Distance):
@@ -81,10 +86,7 @@ class ClassifierProbability(Distance):
         train = np.setdiff1d(np.arange(split.n), test)
         features = np.vstack([other.cells, split.cells[train]])
         labels = np.concatenate([np.zeros(other.n), np.ones(train.size)])
-        model = _logistic(self.max_iter)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # convergence warnings: the value stays defined
-            model.fit(features, labels)
+        model = _logistic(self.max_iter, features, labels)
         return float(model.predict_proba(split.cells[test])[:, 1].mean())
 
 
@@ -121,10 +123,7 @@ class ClassifierProjection(Distance):
             raise DatasetError("classifier_cp needs at least two groups besides the reference")
         features = np.vstack([groups[g].cells for g in others])
         classes = np.concatenate([[g] * groups[g].n for g in others])
-        model = _logistic(self.max_iter)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model.fit(features, classes)
+        model = _logistic(self.max_iter, features, classes)
         probabilities = model.predict_proba(groups[reference].cells).mean(axis=0)
         column = {str(c): i for i, c in enumerate(model.classes_)}
         return {g: 0.0 if g == reference else 1.0 - float(probabilities[column[g]]) for g in labels}

@@ -33,13 +33,11 @@ import numpy as np
 import pandas as pd
 
 from scperteval.data.halves import derive_seed
-from scperteval.distances._api import _groups_of, _pairwise_only, _prepare, _reading, _run, fitted
+from scperteval.distances._api import _compared, _pairwise_only, _reference_table, _run
 from scperteval.distances._base import Distance, Group, resolve_distance
-from scperteval.distances._features import ALL, group_cells
 from scperteval.distances._kernel import PairKernelDistance
 from scperteval.distances._mmd import MMD
-from scperteval.errors import DatasetError, SpecError
-from scperteval.kernels.median import median_distance
+from scperteval.errors import SpecError
 from scperteval.stats.multiple_testing import CORRECTIONS, adjust
 
 __all__ = ["permutation_test", "permutations"]
@@ -171,17 +169,11 @@ def _kernel_null(
     reference_block: np.ndarray | None = None,
 ) -> tuple[float, np.ndarray]:
     n, m = x.n, y.n
-    used = (
-        np.vstack([x.centred, y.centred])
-        if measure.shift_invariant
-        else np.vstack([x.cells, y.cells])
-    )
+    used = np.vstack([measure.cells_of(x), measure.cells_of(y)])
     if isinstance(measure, MMD) and measure.bandwidth == "pair_median":
         # The pooled sample, hence its median, is the same for every relabelling.
         measure = copy.copy(measure)
-        pooled = np.vstack([x.centred, y.centred])
-        measure.bandwidth = median_distance(pooled, threads=measure.threads) or 1.0
-        reference_block = None
+        measure.bandwidth = measure.pair_sigma(x, y)
     sums = _PooledSums(measure, used, max_bytes, reference_block)
     small_is_x = n <= m
     observed_side = np.arange(n) if small_is_x else np.arange(n, n + m)
@@ -291,29 +283,23 @@ def permutation_test(
     distance = resolve_distance(metric)
     _pairwise_only(distance, "permutation_test")
     reference = str(reference)
-    wanted = None if groups is None else list(dict.fromkeys([*map(str, groups), reference]))
-    adata, reading = _reading(
-        adata, obsm_key, layer, space, covariate_key, subset, normalize, backed
-    )
-    covariate_key = reading["covariate_key"]
+    reading = (obsm_key, layer, space, covariate_key, subset, normalize, backed)
     rows: list[dict[str, Any]] = []
-    index: list[Any] = []
-    for cells in group_cells(adata, groupby, groups=wanted, **reading):
-        if reference not in cells.cells:
-            where = "" if cells.covariate == ALL else f" in {covariate_key}={cells.covariate!r}"
-            raise DatasetError(f"reference group {reference!r} has no cell{where}")
-        by_label = _groups_of(cells)
-        measure = fitted(distance, list(by_label.values()))
-        labels = [g for g in cells.groups if g != reference]
-        if groups is not None:
-            labels = [g for g in labels if g in set(map(str, groups))]
-        _prepare(measure, {g: by_label[g] for g in [*labels, reference]}, 1)
+    keys: list[Any] = []
+    for covariate_key, cells, by_label, measure, labels in _compared(
+        distance, adata, groupby, groups, reading, 1, reference
+    ):
         ref = by_label[reference]
         # The reference's own block of the pooled matrix is the same for every group.
         reference_block = None
-        if isinstance(measure, PairKernelDistance) and 8 * ref.n**2 <= max_matrix_bytes:
+        per_pair = isinstance(measure, MMD) and measure.bandwidth == "pair_median"
+        if (
+            isinstance(measure, PairKernelDistance)
+            and not per_pair
+            and 8 * ref.n**2 <= max_matrix_bytes
+        ):
             reference_block = measure.pair_matrix(measure.cells_of(ref))
-        for label in labels:
+        for label in (g for g in labels if g != reference):
             x = by_label[label]
             orders = permutations(seed, cells.covariate, label, x.n + ref.n, n_permutations)
             if isinstance(measure, PairKernelDistance):
@@ -333,12 +319,9 @@ def permutation_test(
                     "n_reference": ref.n,
                 }
             )
-            index.append(label if covariate_key is None else (cells.covariate, label))
-    table = pd.DataFrame(rows, columns=["distance", "pvalue", "n_cells", "n_reference"])
-    if covariate_key is None:
-        table.index = pd.Index(index, name=groupby)
-    else:
-        table.index = pd.MultiIndex.from_tuples(index, names=[covariate_key, groupby])
+            keys.append(label if covariate_key is None else (cells.covariate, label))
+    columns = ["distance", "pvalue", "n_cells", "n_reference"]
+    table = _reference_table(rows, keys, columns, covariate_key, groupby)
     table["pvalue_adj"] = adjust(table["pvalue"].to_numpy(), correction)
     table["significant"] = table["pvalue_adj"] < alpha
     table = table[["distance", "pvalue", "pvalue_adj", "significant", "n_cells", "n_reference"]]

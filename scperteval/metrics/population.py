@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from scperteval.kernels.median import median_distance
 from scperteval.kernels.pairs import (
     DEFAULT_BLOCK_BYTES,
     SQRT,
+    PairTransform,
     centred,
     check_bandwidth,
     pair_sums,
@@ -56,6 +58,7 @@ __all__ = [
     "median_pairwise_distance",
     "energy_distance_from_sums",
     "mmd_from_sums",
+    "mmd_bandwidth",
 ]
 
 Float64Array = npt.NDArray[np.float64]
@@ -97,6 +100,29 @@ def cloud_pair(gt: npt.ArrayLike, pred: npt.ArrayLike) -> tuple[Float64Array, Fl
 # ---------------------------------------------------------------------- building blocks
 
 
+def _cross_sum(
+    x: npt.ArrayLike, y: npt.ArrayLike, transform: PairTransform, max_block_bytes: int
+) -> float:
+    a, b = centred(*cloud_pair(x, y))
+    return pair_sums(a, b, [transform], max_block_bytes=max_block_bytes)[0]
+
+
+def _within_sum(x: npt.ArrayLike, transform: PairTransform, max_block_bytes: int) -> float:
+    (a,) = centred(as_matrix(x, "points"))
+    return 2.0 * pair_sums(a, None, [transform], max_block_bytes=max_block_bytes)[0]
+
+
+def _three_sums(
+    x: Float64Array, y: Float64Array, transform: PairTransform, threads: Threads
+) -> tuple[float, float, float]:
+    """The cross sum of the centred clouds and their within sums over ordered pairs ``i != j``."""
+    x, y = centred(x, y)
+    (cross,) = pair_sums(x, y, [transform], threads=threads)
+    within_x = 2.0 * pair_sums(x, None, [transform], threads=threads)[0]
+    within_y = 2.0 * pair_sums(y, None, [transform], threads=threads)[0]
+    return cross, within_x, within_y
+
+
 def distance_sum(
     x: npt.ArrayLike, y: npt.ArrayLike, *, max_block_bytes: int = DEFAULT_BLOCK_BYTES
 ) -> float:
@@ -115,9 +141,7 @@ def distance_sum(
         The sum; 0.0 when either cloud is empty.
 
     """
-    a, b = cloud_pair(x, y)
-    a, b = centred(a, b)
-    return pair_sums(a, b, [SQRT], max_block_bytes=max_block_bytes)[0]
+    return _cross_sum(x, y, SQRT, max_block_bytes)
 
 
 def within_distance_sum(x: npt.ArrayLike, *, max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> float:
@@ -139,8 +163,7 @@ def within_distance_sum(x: npt.ArrayLike, *, max_block_bytes: int = DEFAULT_BLOC
         The sum; 0.0 for fewer than two points.
 
     """
-    (a,) = centred(as_matrix(x, "points"))
-    return 2.0 * pair_sums(a, None, [SQRT], max_block_bytes=max_block_bytes)[0]
+    return _within_sum(x, SQRT, max_block_bytes)
 
 
 def kernel_sum(
@@ -167,10 +190,7 @@ def kernel_sum(
         The sum; 0.0 when either cloud is empty.
 
     """
-    kernel = rbf_transform(bandwidth)
-    a, b = cloud_pair(x, y)
-    a, b = centred(a, b)
-    return pair_sums(a, b, [kernel], max_block_bytes=max_block_bytes)[0]
+    return _cross_sum(x, y, rbf_transform(bandwidth), max_block_bytes)
 
 
 def within_kernel_sum(
@@ -193,9 +213,7 @@ def within_kernel_sum(
         The sum; 0.0 for fewer than two points.
 
     """
-    kernel = rbf_transform(bandwidth)
-    (a,) = centred(as_matrix(x, "points"))
-    return 2.0 * pair_sums(a, None, [kernel], max_block_bytes=max_block_bytes)[0]
+    return _within_sum(x, rbf_transform(bandwidth), max_block_bytes)
 
 
 def median_pairwise_distance(
@@ -382,14 +400,8 @@ def energy_distance(
     """
     x, y = cloud_pair(gt, pred)
     check_sizes(x.shape[0], y.shape[0], unbiased)
-    x, y = centred(x, y)
-    threads = _threads_of(ctx)
-    (cross,) = pair_sums(x, y, [SQRT], threads=threads)
-    within_x = 2.0 * pair_sums(x, None, [SQRT], threads=threads)[0]
-    within_y = 2.0 * pair_sums(y, None, [SQRT], threads=threads)[0]
-    return energy_distance_from_sums(
-        cross, within_x, within_y, x.shape[0], y.shape[0], unbiased=unbiased
-    )
+    sums = _three_sums(x, y, SQRT, _threads_of(ctx))
+    return energy_distance_from_sums(*sums, x.shape[0], y.shape[0], unbiased=unbiased)
 
 
 @METRICS.register(
@@ -453,20 +465,44 @@ def mmd(
     x, y = cloud_pair(gt, pred)
     check_sizes(x.shape[0], y.shape[0], unbiased)
     threads = _threads_of(ctx)
-    if bandwidth is None:
-        sigma = median_pairwise_distance(np.vstack([x, y]), threads=threads) or 1.0
-    elif bandwidth == "truth":
-        sigma = median_pairwise_distance(x, threads=threads) or 1.0
-    elif isinstance(bandwidth, str):
+    sigma = mmd_bandwidth(
+        bandwidth,
+        lambda pooled: median_pairwise_distance(
+            np.vstack([x, y]) if pooled else x, threads=threads
+        ),
+    )
+    sums = _three_sums(x, y, rbf_transform(sigma), threads)
+    return mmd_from_sums(*sums, x.shape[0], y.shape[0], unbiased=unbiased)
+
+
+def mmd_bandwidth(bandwidth: float | str | None, median: Callable[[bool], float]) -> float:
+    """The RBF width ``sigma`` that :func:`mmd`'s ``bandwidth`` option names.
+
+    Parameters
+    ----------
+    bandwidth
+        ``None`` (the median heuristic on the pooled sample), ``"truth"`` (on the
+        truth alone) or a positive finite number (that width).
+    median
+        ``median(pooled)``: the median pairwise distance of the pooled sample
+        (``pooled=True``) or of the truth (``pooled=False``).
+
+    Returns
+    -------
+    float
+        The width; 1 when the median is 0 (no two points differ).
+
+    Raises
+    ------
+    ValueError
+        If ``bandwidth`` is another string or not a positive finite number.
+
+    """
+    if bandwidth is None or bandwidth == "truth":
+        return median(bandwidth is None) or 1.0
+    if isinstance(bandwidth, str):
         raise ValueError(f"bandwidth must be None, 'truth' or a number, got {bandwidth!r}")
-    else:
-        sigma = check_bandwidth(bandwidth)
-    x, y = centred(x, y)
-    kernel = rbf_transform(sigma)
-    (cross,) = pair_sums(x, y, [kernel], threads=threads)
-    within_x = 2.0 * pair_sums(x, None, [kernel], threads=threads)[0]
-    within_y = 2.0 * pair_sums(y, None, [kernel], threads=threads)[0]
-    return mmd_from_sums(cross, within_x, within_y, x.shape[0], y.shape[0], unbiased=unbiased)
+    return check_bandwidth(bandwidth)
 
 
 def check_stopping(tol: float | None, max_iter: int) -> None:

@@ -14,8 +14,13 @@ from typing import Any
 
 import torch
 
-from scperteval.kernels.pairs import SQRT, check_bandwidth, rbf_transform
-from scperteval.metrics.population import check_sizes, energy_distance_from_sums, mmd_from_sums
+from scperteval.kernels.pairs import SQRT, rbf_transform
+from scperteval.metrics.population import (
+    check_sizes,
+    energy_distance_from_sums,
+    mmd_bandwidth,
+    mmd_from_sums,
+)
 from scperteval.torch_backend._common import DeviceLike, as_cloud
 from scperteval.torch_backend.pairs import DEFAULT_BLOCK_BYTES, TorchPairs, _prepared
 
@@ -221,13 +226,8 @@ def mmd(
     pairs = TorchPairs(device, dtype, max_block_bytes)
     x, y = _cloud_pair(gt, pred, pairs.device)
     check_sizes(x.shape[0], y.shape[0], unbiased)
-    if bandwidth is None:
-        sigma = pairs.median(torch.cat([x, y])) or 1.0
-    elif isinstance(bandwidth, str):
-        if bandwidth != "truth":
-            raise ValueError(f"bandwidth must be None, 'truth' or a number, got {bandwidth!r}")
-        sigma = pairs.median(x) or 1.0
-    else:
-        sigma = check_bandwidth(bandwidth)
+    sigma = mmd_bandwidth(
+        bandwidth, lambda pooled: pairs.median(torch.cat([x, y]) if pooled else x)
+    )
     sums = _three_sums(pairs, x, y, rbf_transform(sigma))
     return mmd_from_sums(*sums, x.shape[0], y.shape[0], unbiased=unbiased)
