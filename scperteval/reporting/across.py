@@ -88,34 +88,16 @@ def across_latex(summary: Any) -> str:
 
 def across_heatmap(summary: Any) -> Any:
     """Entries (rows) x datasets (columns) of headline scores, annotated, centred at 0."""
-    import matplotlib as mpl
-    from matplotlib.colors import TwoSlopeNorm
     from matplotlib.figure import Figure
+
+    from scperteval.reporting.drawing import annotate_cells, calibrated_image
 
     values = summary.table[summary.datasets].to_numpy(dtype=np.float64)
     n_rows, n_cols = values.shape
     fig = Figure(figsize=(3.6 + 1.3 * n_cols, 1.4 + 0.38 * n_rows), layout="constrained")
     ax = fig.add_subplot()
-    cmap = mpl.colormaps["RdBu"].with_extremes(bad="#e6e6e6", under="#67001f", over="#053061")
-    image = ax.imshow(
-        values, cmap=cmap, norm=TwoSlopeNorm(vmin=-2.0, vcenter=0.0, vmax=2.0), aspect="auto"
-    )
-    colours = np.asarray(image.cmap(image.norm(values)))
-    for i, j in zip(*np.nonzero(np.isfinite(values)), strict=True):
-        dark = 0.299 * colours[i, j, 0] + 0.587 * colours[i, j, 1] + 0.114 * colours[i, j, 2]
-        ax.text(
-            j,
-            i,
-            significant(values[i, j]),
-            ha="center",
-            va="center",
-            fontsize=8,
-            color="white" if dark < 0.5 else "black",
-        )
-    bar = fig.colorbar(image, ax=ax, extend="both", shrink=0.8)
-    bar.ax.axhline(1.0, color="black", linewidth=2)
-    bar.set_ticks([-2.0, 0.0, 1.0, 2.0])
-    bar.set_ticklabels(["\u2264 -2 (clipped)", "0 negative", "1 positive", "\u2265 2 (clipped)"])
+    image, _ = calibrated_image(fig, ax, values, (-2.0, 0.0, 1.0, 2.0), shrink=0.8)
+    annotate_cells(ax, image, values, 8)
     ax.set_xticks(range(n_cols), summary.datasets, rotation=20, ha="right")
     ax.set_yticks(range(n_rows), [str(m) for m in summary.table["model"]])
     ax.set_title("headline score per dataset (0 = negative control, 1 = positive control)")

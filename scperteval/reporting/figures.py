@@ -9,17 +9,24 @@ SVG bytes.
 from __future__ import annotations
 
 import io
+import math
 from types import MappingProxyType
 from typing import Any
 
 import matplotlib as mpl
 import numpy as np
 import pandas as pd
-from matplotlib.colors import Normalize, TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from scperteval.reporting.formatting import significant
+from scperteval.reporting.drawing import (
+    CALIBRATED_LIMIT,
+    UNTRUSTED_COLOUR,
+    annotate_cells,
+    bottom_legend,
+    calibrated_image,
+    grey_out,
+)
 from scperteval.reporting.pages import per_perturbation_figures, versus_figure
 from scperteval.reporting.panels import distribution_figure, positive_figure
 
@@ -35,17 +42,8 @@ FIGURES = MappingProxyType(
         "versus": "Model against model: wins minus losses over the trusted protocols.",
     }
 )
-UNTRUSTED_COLOUR = "#8c8c8c"
 TRUSTED_COLOUR = "#3b6ea8"
-ANNOTATE_MAX_COLUMNS = 25
-
-
-HEATMAP_LIMIT = 2.0
-
-
-def _limits(values: np.ndarray) -> tuple[float, float]:
-    """A symmetric range around 0 (the negative control), at most +-2, always showing 1."""
-    return -HEATMAP_LIMIT, HEATMAP_LIMIT
+_TICKS = (-CALIBRATED_LIMIT, -1.0, 0.0, 1.0, CALIBRATED_LIMIT)
 
 
 def _plain_colours(table: pd.DataFrame, columns: list[str], board: Any) -> np.ndarray:
@@ -55,19 +53,6 @@ def _plain_colours(table: pd.DataFrame, columns: list[str], board: Any) -> np.nd
         lower = column == "score" or board.better.get(column) == "lower"
         ranks[:, j] = table[column].rank(ascending=lower, method="average").to_numpy()
     return ranks
-
-
-def _annotate(ax: Any, image: Any, values: np.ndarray, calibrated: bool, size: float) -> None:
-    """Print each value (3 significant digits) on its cell, in white on dark cells."""
-    colours = image.cmap(image.norm(image.get_array()))
-    for i, j in zip(*np.nonzero(np.isfinite(values)), strict=True):
-        red, green, blue = colours[i, j, :3]
-        dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5
-        text = significant(values[i, j])
-        if calibrated and abs(values[i, j]) > HEATMAP_LIMIT:
-            text += "*"
-        colour = "white" if dark else "black"
-        ax.text(j, i, text, ha="center", va="center", fontsize=size, color=colour)
 
 
 def heatmap_figure(result: Any) -> Figure | None:
@@ -101,22 +86,7 @@ def heatmap_figure(result: Any) -> Figure | None:
     fig = Figure(figsize=(3.6 + 0.85 * n_cols, 1.8 + 0.3 * n_rows), layout="constrained")
     ax = fig.add_subplot()
     if board.calibrated:
-        low, high = _limits(values)
-        cmap = mpl.colormaps["RdBu"].with_extremes(bad="#e6e6e6", under="#67001f", over="#053061")
-        norm: Normalize = TwoSlopeNorm(vmin=low, vcenter=0.0, vmax=high)
-        image = ax.imshow(values, cmap=cmap, norm=norm, aspect="auto")
-        bar = fig.colorbar(image, ax=ax, extend="both", shrink=0.6, aspect=30)
-        bar.ax.axhline(1.0, color="black", linewidth=2)
-        bar.set_ticks([low, -1.0, 0.0, 1.0, high])
-        bar.set_ticklabels(
-            [
-                f"\u2264 {low:g} (clipped)",
-                "-1",
-                "0 negative",
-                "1 positive",
-                f"\u2265 {high:g} (clipped)",
-            ]
-        )
+        image, bar = calibrated_image(fig, ax, values, _TICKS, shrink=0.6, aspect=30)
         bar.set_label("calibrated score (0 = negative control, 1 = positive control)")
     else:
         ranks = _plain_colours(table, rows, board).T
@@ -124,7 +94,7 @@ def heatmap_figure(result: Any) -> Figure | None:
         image = ax.imshow(ranks, cmap=cmap, aspect="auto", vmin=1, vmax=max(n_cols, 2))
         bar = fig.colorbar(image, ax=ax, shrink=0.6)
         bar.set_label("rank within protocol (1 = best)")
-    _annotate(ax, image, values, board.calibrated, 7.5)
+    annotate_cells(ax, image, values, 7.5, CALIBRATED_LIMIT if board.calibrated else math.inf)
     excluded = set(board.excluded) if board.calibrated else set()
     for i, row in enumerate(rows):
         if row in excluded:
@@ -153,13 +123,13 @@ def heatmap_figure(result: Any) -> Figure | None:
         if row == "score":
             label.set_fontweight("bold")
         elif row in excluded:
-            label.set_color(UNTRUSTED_COLOUR)
-            label.set_fontstyle("italic")
+            grey_out(label)
     for label, kind in zip(ax.get_xticklabels(), table["kind"], strict=True):
         if kind != "model":
             label.set_color("#555555")
     title = (
-        f"{board.aggregate} calibrated score; colours clipped at \u00b1{HEATMAP_LIMIT:g} (* beyond)"
+        f"{board.aggregate} calibrated score; colours clipped at "
+        f"\u00b1{CALIBRATED_LIMIT:g} (* beyond)"
         if board.calibrated
         else f"{board.aggregate} raw value"
     )
@@ -222,20 +192,12 @@ def calibration_figure(result: Any) -> Figure | None:
     handles, labels = drf_ax.get_legend_handles_labels()
     more_handles, more_labels = bds_ax.get_legend_handles_labels()
     labels = [f"DRF {label}" if label.startswith("threshold") else label for label in labels]
-    fig.legend(
-        handles + more_handles,
-        labels + [f"BDS {m}" for m in more_labels],
-        loc="outside lower center",
-        ncols=4,
-        fontsize=7,
-        frameon=False,
-    )
+    bottom_legend(fig, handles + more_handles, labels + [f"BDS {m}" for m in more_labels], 4)
     drf_ax.set_yticks(positions, order)
     drf_ax.invert_yaxis()
     for label, trusted in zip(drf_ax.get_yticklabels(), overall["trusted"], strict=True):
         if not bool(trusted):
-            label.set_color(UNTRUSTED_COLOUR)
-            label.set_fontstyle("italic")
+            grey_out(label)
     fig.suptitle("Calibration over all perturbations (grey: not trusted)", fontsize=10)
     return fig
 
@@ -260,15 +222,10 @@ def draw_figures(result: Any) -> dict[str, Figure]:
         "calibration": calibration_figure,
         "distributions": distribution_figure,
         "versus_positive": positive_figure,
+        "versus": versus_figure,
     }
-    figures = {}
-    for name, maker in makers.items():
-        figure = maker(result)
-        if figure is not None:
-            figures[name] = figure
-    versus = versus_figure(result)
-    if versus is not None:
-        figures["versus"] = versus
+    drawn = {name: maker(result) for name, maker in makers.items()}
+    figures = {name: figure for name, figure in drawn.items() if figure is not None}
     figures.update(per_perturbation_figures(result))
     return figures
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
@@ -208,6 +208,22 @@ def protocol_scores_html(board: Any, controls: Any = None) -> str:
     return _board_table(board, columns, excluded, PROTOCOL_TABLE_ID, controls)
 
 
+def list_items(lines: Iterable[str]) -> str:
+    """HTML list items holding ``lines`` (escaped)."""
+    return "".join(f"<li>{escape(line)}</li>" for line in lines)
+
+
+def _named_items(
+    pairs: Iterable[tuple[str, str]], attributes: str = "", marked: Container[str] = ()
+) -> str:
+    """List items ``name: text``, the name in bold and followed by a dagger when marked."""
+    return "".join(
+        f"<li{attributes}><strong>{escape(name)}</strong>{' ' + DAGGER if name in marked else ''}"
+        f": {escape(text)}</li>"
+        for name, text in pairs
+    )
+
+
 def _leaderboard_section(result: Any) -> str:
     board = result.leaderboard
     parts = [
@@ -218,18 +234,14 @@ def _leaderboard_section(result: Any) -> str:
         "the one they would take among the ranked entries on their own coverage).</p>",
     ]
     if board.notes:
-        items = "".join(f"<li>{escape(note)}</li>" for note in board.notes)
-        parts.append(f"<ul>{items}</ul>")
+        parts.append(f"<ul>{list_items(board.notes)}</ul>")
     flagged = [(n, f) for n, flags in board.flags.items() for f in flags]
     if flagged:
-        items = "".join(
-            f'<li class="flag"><strong>{escape(n)}</strong>: {escape(f)}</li>' for n, f in flagged
-        )
+        items = _named_items(flagged, ' class="flag"')
         parts.append(f"<p><strong>Flags on predictions</strong></p><ul>{items}</ul>")
     notes = model_notes(result)
     if notes:
-        items = "".join(f"<li><strong>{escape(n)}</strong>: {escape(t)}</li>" for n, t in notes)
-        parts.append(f"<p><strong>Models</strong></p><ul>{items}</ul>")
+        parts.append(f"<p><strong>Models</strong></p><ul>{_named_items(notes)}</ul>")
     return "\n".join(parts)
 
 
@@ -258,18 +270,10 @@ def _verdicts_section(result: Any) -> str:
         f'<p class="caption">{escape(trust_terms())}</p>',
         f"<p><strong>{escape(label)}:</strong> {escape(names)}</p>",
     ]
-    items = "".join(
-        f"<li><strong>{escape(p)}</strong>{' ' + DAGGER if p in board.excluded else ''}: "
-        f"{escape(sentence)}</li>"
-        for p, sentence in board.verdicts.items()
-    )
-    if items:
-        parts.append(f"<ul>{items}</ul>")
+    if board.verdicts:
+        parts.append(f"<ul>{_named_items(board.verdicts.items(), marked=board.excluded)}</ul>")
     elif board.excluded:
-        items = "".join(
-            f"<li><strong>{escape(p)}</strong>: {escape(reason)}</li>"
-            for p, reason in board.excluded.items()
-        )
+        items = _named_items(board.excluded.items())
         parts.append(
             f"<p><strong>Excluded protocols</strong> (marked {DAGGER}):</p><ul>{items}</ul>"
         )

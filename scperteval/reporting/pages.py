@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import matplotlib as mpl
@@ -21,11 +20,12 @@ import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
+from scperteval.reporting.drawing import CALIBRATED_LIMIT, bottom_legend, cell_label, panel_grid
+
 __all__ = ["per_perturbation_figures", "versus_figure", "PROTOCOLS_PER_PAGE", "MAX_LABELS"]
 
 PROTOCOLS_PER_PAGE = 6
 MAX_LABELS = 60
-AXIS_LIMIT = 2.0
 KEYS = ("covariate", "perturbation")
 
 
@@ -48,7 +48,7 @@ def _page(
 ) -> Figure:
     results = result.results
     part = results[results["protocol"].isin(protocols) & results["source_name"].isin(entries)]
-    order = part[list(list(KEYS))].drop_duplicates().sort_values(list(KEYS))
+    order = part[list(KEYS)].drop_duplicates().sort_values(list(KEYS))
     shown_note = ""
     if len(order) > MAX_LABELS:
         # The perturbations where the entries disagree most, so the labels stay legible.
@@ -56,20 +56,16 @@ def _page(
         order = spread.index[:MAX_LABELS].to_frame(index=False).sort_values(list(KEYS))
         shown_note = f" ({MAX_LABELS} of {len(spread)} perturbations, most disputed)"
     index = pd.MultiIndex.from_frame(order)
-    n_cols = min(3, len(protocols))
-    n_rows = math.ceil(len(protocols) / n_cols)
-    height = 0.6 + n_rows * (0.9 + 0.15 * len(index))
-    fig = Figure(figsize=(4.2 * n_cols + 1.2, height), layout="constrained")
-    axes = fig.subplots(n_rows, n_cols, squeeze=False).ravel()
+    fig, axes, n_cols = panel_grid(len(protocols), 3, (1.2, 0.6), (4.2, 0.9 + 0.15 * len(index)))
     cmap = mpl.colormaps["tab10"]
     positions = np.arange(len(index))
     labels = _labels(index)
-    for ax_number, (ax, protocol) in enumerate(zip(axes, protocols, strict=False)):
+    for ax_number, (ax, protocol) in enumerate(zip(axes, protocols, strict=True)):
         frame = part[part["protocol"] == protocol]
         if value == "calibrated":
             ax.axvline(0.0, color="#7f7f7f", linestyle="--", linewidth=1)
             ax.axvline(1.0, color="#2e7d32", linestyle="--", linewidth=1)
-            ax.set_xlim(-AXIS_LIMIT - 0.15, AXIS_LIMIT + 0.15)
+            ax.set_xlim(-CALIBRATED_LIMIT - 0.15, CALIBRATED_LIMIT + 0.15)
         for k, entry in enumerate(entries):
             series = frame[frame["source_name"] == entry].set_index(list(KEYS))[value]
             series = series[~series.index.duplicated()].reindex(index)
@@ -77,12 +73,12 @@ def _page(
             y = positions + (k - (len(entries) - 1) / 2) * 0.12
             colour = cmap(k % 10)
             if value == "calibrated":
-                inside = np.abs(x) <= AXIS_LIMIT
+                inside = np.abs(x) <= CALIBRATED_LIMIT
                 ax.scatter(x[inside], y[inside], s=14, color=colour, label=entry, zorder=3)
                 for sign, marker in ((1, ">"), (-1, "<")):
-                    beyond = np.isfinite(x) & (sign * x > AXIS_LIMIT)
+                    beyond = np.isfinite(x) & (sign * x > CALIBRATED_LIMIT)
                     ax.scatter(
-                        np.full(beyond.sum(), sign * AXIS_LIMIT),
+                        np.full(beyond.sum(), sign * CALIBRATED_LIMIT),
                         y[beyond],
                         s=22,
                         marker=marker,
@@ -99,13 +95,12 @@ def _page(
         trusted = protocol in result.leaderboard.trusted
         ax.set_title(protocol + ("" if trusted else " (not trusted)"), fontsize=8)
         ax.set_xlabel("calibrated score" if value == "calibrated" else "raw value", fontsize=7)
-    for ax in axes[len(protocols) :]:
-        ax.set_visible(False)
     handles, names = axes[0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="outside lower center", ncols=min(len(names), 6), fontsize=7)
+    bottom_legend(fig, handles, names, min(len(names), 6), frameon=True)
     fig.suptitle(
         f"Per-perturbation scores, page {number} of {total}{shown_note}: dashed lines at 0 "
-        f"(negative control) and 1 (positive control); triangles: beyond \u00b1{AXIS_LIMIT:g}",
+        f"(negative control) and 1 (positive control); triangles: beyond "
+        f"\u00b1{CALIBRATED_LIMIT:g}",
         fontsize=9,
     )
     return fig
@@ -183,16 +178,7 @@ def versus_figure(result: Any) -> Figure | None:
     for i in range(n):
         for j in range(n):
             if text[i][j]:
-                dark = abs(balance[i, j]) > 0.6
-                ax.text(
-                    j,
-                    i,
-                    text[i][j],
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="white" if dark else "black",
-                )
+                cell_label(ax, i, j, text[i][j], 7, abs(balance[i, j]) > 0.6)
     ax.set_xticks(range(n), order, rotation=45, ha="right", rotation_mode="anchor", fontsize=8)
     ax.set_yticks(range(n), order, fontsize=8)
     bar = fig.colorbar(image, ax=ax, shrink=0.8)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import matplotlib as mpl
@@ -11,6 +10,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+
+from scperteval.reporting.drawing import bottom_legend, panel_grid
 
 __all__ = ["distribution_figure", "positive_figure", "MAX_SCATTER_PROTOCOLS"]
 
@@ -46,6 +47,16 @@ def _boxes(ax: Axes, data: list[np.ndarray], names: list[str], seed: int = 0) ->
     ax.set_xlim(0.4, len(names) + 0.6)
 
 
+def _by_entry(rows: pd.DataFrame, column: str, order: list[str]) -> list[np.ndarray]:
+    """The finite values of ``column`` of each entry in ``order`` (empty when it has none)."""
+    groups = {str(k): v for k, v in rows.groupby("source_name", observed=True)[column]}
+    data = []
+    for name in order:
+        values = groups[name].to_numpy(dtype=np.float64) if name in groups else np.array([])
+        data.append(values[np.isfinite(values)])
+    return data
+
+
 def _clip_axis(ax: Axes, data: list[np.ndarray]) -> None:
     """Keep [-0.5, 1.5] in view but no more than [-3, 3]; count the values off the axis."""
     pooled = np.concatenate([d for d in data if d.size]) if any(d.size for d in data) else None
@@ -72,11 +83,7 @@ def _calibrated_distribution(result: Any, order: list[str]) -> Figure | None:
     results = result.results
     chosen = board.trusted or board.protocols
     rows = results[results["source"].isin(ENTRIES) & results["protocol"].isin(chosen)]
-    groups = {str(k): v for k, v in rows.groupby("source_name", observed=True)["calibrated"]}
-    data = []
-    for name in order:
-        values = groups[name].to_numpy(dtype=np.float64) if name in groups else np.array([])
-        data.append(values[np.isfinite(values)])
+    data = _by_entry(rows, "calibrated", order)
     if not any(d.size for d in data):
         return None
     fig = Figure(figsize=(1.8 + 0.55 * len(order), 4.6), layout="constrained")
@@ -98,26 +105,14 @@ def _plain_distribution(result: Any, order: list[str]) -> Figure | None:
     protocols = board.protocols
     if not protocols:
         return None
-    n_cols = min(GRID_COLUMNS, len(protocols))
-    n_rows = math.ceil(len(protocols) / n_cols)
-    fig = Figure(
-        figsize=(0.6 + 3.2 * n_cols, 0.8 + (1.4 + 0.12 * len(order)) * n_rows), layout="constrained"
-    )
-    axes = fig.subplots(n_rows, n_cols, squeeze=False).ravel()
+    panel = (3.2, 1.4 + 0.12 * len(order))
+    fig, axes, n_cols = panel_grid(len(protocols), GRID_COLUMNS, (0.6, 0.8), panel)
     entries = results[results["source"].isin(ENTRIES)]
-    for index, (ax, protocol) in enumerate(zip(axes, protocols, strict=False)):
-        part = entries[entries["protocol"] == protocol]
-        groups = {str(k): v for k, v in part.groupby("source_name", observed=True)["value"]}
-        data = []
-        for name in order:
-            values = groups[name].to_numpy(dtype=np.float64) if name in groups else np.array([])
-            data.append(values[np.isfinite(values)])
-        _boxes(ax, data, order)
+    for index, (ax, protocol) in enumerate(zip(axes, protocols, strict=True)):
+        _boxes(ax, _by_entry(entries[entries["protocol"] == protocol], "value", order), order)
         ax.set_title(f"{protocol} ({_direction(result, protocol)} is better)", fontsize=8)
         # Entry names only under the lowest panel of each column.
         ax.tick_params(labelsize=7, labelbottom=index + n_cols >= len(protocols))
-    for ax in axes[len(protocols) :]:
-        ax.set_visible(False)
     fig.suptitle("Raw values per perturbation (plain mode)", fontsize=10)
     return fig
 
@@ -218,11 +213,8 @@ def positive_figure(result: Any) -> Figure | None:
         return None
     cmap = mpl.colormaps["tab10"]
     colours = [cmap(i % 10) for i in range(len(models))]
-    n_cols = min(3, len(protocols))
-    n_rows = math.ceil(len(protocols) / n_cols)
-    fig = Figure(figsize=(0.6 + 3.4 * n_cols, 1.0 + 3.1 * n_rows), layout="constrained")
-    axes = fig.subplots(n_rows, n_cols, squeeze=False).ravel()
-    for ax, protocol in zip(axes, protocols, strict=False):
+    fig, axes, _ = panel_grid(len(protocols), 3, (0.6, 1.0), (3.4, 3.1))
+    for ax, protocol in zip(axes, protocols, strict=True):
         _scatter_panel(ax, results[results["protocol"] == protocol], models, colours)
         trusted = "" if protocol in board.trusted else ", not trusted"
         direction = _direction(result, protocol)
@@ -230,8 +222,6 @@ def positive_figure(result: Any) -> Figure | None:
         ax.set_xlabel("positive control", fontsize=8)
         ax.set_ylabel("model", fontsize=8)
         ax.tick_params(labelsize=7)
-    for ax in axes[len(protocols) :]:
-        ax.set_visible(False)
     handles = [
         Line2D([], [], marker="o", linestyle="", color=c, label=m)
         for m, c in zip(models, colours, strict=True)
@@ -240,13 +230,7 @@ def positive_figure(result: Any) -> Figure | None:
         Line2D([], [], marker="x", linestyle="", color="#9e9e9e", label="negative control")
     )
     handles.append(Line2D([], [], linestyle=":", color="black", label="as good as positive"))
-    fig.legend(
-        handles=handles,
-        loc="outside lower center",
-        ncols=min(len(handles), 5),
-        fontsize=7,
-        frameon=False,
-    )
+    bottom_legend(fig, handles, [str(h.get_label()) for h in handles], min(len(handles), 5))
     fig.suptitle("Per-perturbation raw values: models against the positive control", fontsize=10)
     return fig
 
