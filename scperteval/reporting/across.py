@@ -9,7 +9,6 @@ dataset: score, 95% CI, rank, coverage, flags), ``datasets.md``,
 
 from __future__ import annotations
 
-import base64
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from scperteval.reporting.formatting import MISSING, created_now, significant, write_file
-from scperteval.reporting.tables import latex_escape, markdown_escape
+from scperteval.reporting.html import html_page, list_items, png_source
+from scperteval.reporting.tables import latex_escape, latex_lines, markdown_escape, markdown_lines
 from scperteval.runinfo import write_atomic
 
 __all__ = ["write_across", "across_heatmap", "ACROSS_FILES"]
@@ -29,6 +29,12 @@ CAPTION = (
     "protocols and controls); mean_rank: mean over the datasets where the entry is ranked of "
     "its rank there; win_rate: share of (dataset, other entry) comparisons its score is "
     "higher (ties one half); n_datasets: datasets it was scored on."
+)
+_CSS = (
+    "body{font-family:Helvetica,Arial,sans-serif;margin:2em auto;max-width:1300px;padding:0 1.5em}"
+    "table{border-collapse:collapse;font-size:0.9em}th,td{border:1px solid #d0d7de;"
+    "padding:0.25em 0.55em;text-align:right}td:first-child,td:nth-child(2){text-align:left}"
+    "img{max-width:100%}"
 )
 
 
@@ -65,9 +71,9 @@ def across_markdown(summary: Any) -> str:
     """The summary as Markdown: score [95% CI] per dataset, mean rank, win rate."""
     header, rows = _rows(summary)
     lines = [f"# {TITLE}", "", markdown_escape(CAPTION), ""]
-    lines.append("| " + " | ".join(markdown_escape(h) for h in header) + " |")
-    lines.append("| " + " | ".join(":---" if i < 2 else "---:" for i in range(len(header))) + " |")
-    lines += ["| " + " | ".join(markdown_escape(c) for c in cells) + " |" for cells in rows]
+    align = [":---" if i < 2 else "---:" for i in range(len(header))]
+    escaped = [[markdown_escape(c) for c in cells] for cells in [header, *rows]]
+    lines += markdown_lines(escaped[0], align, escaped[1:])
     lines += ["", "Headline score of each dataset:", ""]
     lines += [f"- {markdown_escape(line)}" for line in _definitions(summary)]
     return "\n".join(lines) + "\n"
@@ -77,12 +83,9 @@ def across_latex(summary: Any) -> str:
     r"""The summary as a LaTeX ``booktabs`` tabular (score [95% CI] per dataset)."""
     header, rows = _rows(summary)
     spec = "ll" + "r" * (len(header) - 2)
-    lines = ["% Requires \\usepackage{booktabs}", f"\\begin{{tabular}}{{{spec}}}", "\\toprule"]
-    lines.append(" & ".join(latex_escape(h) for h in header) + r" \\")
-    lines.append("\\midrule")
-    for cells in rows:
-        lines.append(" & ".join(latex_escape(c.replace(MISSING, "--")) for c in cells) + r" \\")
-    lines += ["\\bottomrule", "\\end{tabular}"]
+    escaped = [[latex_escape(c.replace(MISSING, "--")) for c in cells] for cells in [header, *rows]]
+    lines = ["% Requires \\usepackage{booktabs}", *latex_lines(spec, escaped[0], escaped[1:])]
+    lines.append("\\end{tabular}")
     return "\n".join(lines) + "\n"
 
 
@@ -111,24 +114,17 @@ def across_html(summary: Any, png: bytes | None, created: str) -> str:
     body = "".join(
         "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>" for cells in rows
     )
-    items = "".join(f"<li>{escape(line)}</li>" for line in _definitions(summary))
+    items = list_items(_definitions(summary))
     figure = ""
     if png is not None:
-        data = base64.b64encode(png).decode("ascii")
-        figure = (
-            '<figure><img alt="headline score per dataset" '
-            f'src="data:image/png;base64,{data}"></figure>'
-        )
-    return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>{TITLE}</title>\n<style>body{{font-family:Helvetica,Arial,sans-serif;"
-        "margin:2em auto;max-width:1300px;padding:0 1.5em}table{border-collapse:collapse;"
-        "font-size:0.9em}th,td{border:1px solid #d0d7de;padding:0.25em 0.55em;text-align:right}"
-        "td:first-child,td:nth-child(2){text-align:left}img{max-width:100%}</style>\n</head>\n"
-        f"<body>\n<h1>{TITLE}</h1>\n<p>{escape(CAPTION)}</p>\n"
+        figure = f'<figure><img alt="headline score per dataset" src="{png_source(png)}"></figure>'
+    return html_page(
+        TITLE,
+        _CSS,
+        f"<p>{escape(CAPTION)}</p>\n"
         f'<table id="datasets-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n'
-        f"{figure}\n<p><strong>Headline score of each dataset</strong></p><ul>{items}</ul>\n"
-        f"<footer>{escape(created)}</footer>\n</body>\n</html>\n"
+        f"{figure}\n<p><strong>Headline score of each dataset</strong></p><ul>{items}</ul>",
+        escape(created),
     )
 
 

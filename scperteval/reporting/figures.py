@@ -27,6 +27,7 @@ from scperteval.reporting.drawing import (
     calibrated_image,
     grey_out,
 )
+from scperteval.reporting.formatting import excluded_protocols
 from scperteval.reporting.pages import per_perturbation_figures, versus_figure
 from scperteval.reporting.panels import distribution_figure, positive_figure
 
@@ -43,6 +44,10 @@ FIGURES = MappingProxyType(
     }
 )
 TRUSTED_COLOUR = "#3b6ea8"
+_HATCH: MappingProxyType[str, Any] = MappingProxyType(
+    {"fill": False, "hatch": "///", "edgecolor": UNTRUSTED_COLOUR, "linewidth": 0}
+)
+_THRESHOLD = MappingProxyType({"color": "#c0392b", "linestyle": "--"})
 _TICKS = (-CALIBRATED_LIMIT, -1.0, 0.0, 1.0, CALIBRATED_LIMIT)
 
 
@@ -95,29 +100,14 @@ def heatmap_figure(result: Any) -> Figure | None:
         bar = fig.colorbar(image, ax=ax, shrink=0.6)
         bar.set_label("rank within protocol (1 = best)")
     annotate_cells(ax, image, values, 7.5, CALIBRATED_LIMIT if board.calibrated else math.inf)
-    excluded = set(board.excluded) if board.calibrated else set()
+    excluded = excluded_protocols(board)
     for i, row in enumerate(rows):
         if row in excluded:
-            ax.add_patch(
-                Rectangle(
-                    (-0.5, i - 0.5),
-                    n_cols,
-                    1,
-                    fill=False,
-                    hatch="///",
-                    edgecolor=UNTRUSTED_COLOUR,
-                    linewidth=0,
-                )
-            )
+            ax.add_patch(Rectangle((-0.5, i - 0.5), n_cols, 1, **_HATCH))
     ax.axhline(0.5, color="white", linewidth=3)
     ax.xaxis.tick_top()
-    ax.set_xticks(
-        range(n_cols),
-        [str(m) for m in table["model"]],
-        rotation=35,
-        ha="left",
-        rotation_mode="anchor",
-    )
+    names = [str(m) for m in table["model"]]
+    ax.set_xticks(range(n_cols), names, rotation=35, ha="left", rotation_mode="anchor")
     ax.set_yticks(range(n_rows), [r + (" \u2020" if r in excluded else "") for r in rows])
     for label, row in zip(ax.get_yticklabels(), rows, strict=True):
         if row == "score":
@@ -171,22 +161,13 @@ def calibration_figure(result: Any) -> Figure | None:
     drf_ax.scatter(
         overall["drf_mean"], positions, marker="D", s=22, color="black", zorder=3, label="mean DRF"
     )
-    drf_ax.axvline(
-        thresholds.drf_min,
-        color="#c0392b",
-        linestyle="--",
-        label=f"threshold ({thresholds.drf_statistic} >= {thresholds.drf_min})",
-    )
+    drf_label = f"threshold ({thresholds.drf_statistic} >= {thresholds.drf_min})"
+    drf_ax.axvline(thresholds.drf_min, label=drf_label, **_THRESHOLD)
     drf_ax.axvline(0.0, color="black", linewidth=0.8)
     drf_ax.set_xlim(-1.05, 1.05)
     drf_ax.set_xlabel("DRF (dynamic range fraction)")
     bds_ax.barh(positions, overall["bds"], color=colours, height=0.7)
-    bds_ax.axvline(
-        thresholds.bds_min,
-        color="#c0392b",
-        linestyle="--",
-        label=f"threshold (>= {thresholds.bds_min})",
-    )
+    bds_ax.axvline(thresholds.bds_min, label=f"threshold (>= {thresholds.bds_min})", **_THRESHOLD)
     bds_ax.set_xlim(0.0, 1.02)
     bds_ax.set_xlabel("BDS (fraction positive beats negative)")
     handles, labels = drf_ax.get_legend_handles_labels()

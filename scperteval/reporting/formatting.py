@@ -118,6 +118,42 @@ def best_cells(board: Any) -> Callable[[str, Any], bool]:
     return is_best
 
 
+def excluded_protocols(board: Any) -> set[str]:
+    """The protocols left out of the score: the untrusted ones, none in plain mode."""
+    return set(board.excluded) if board.calibrated else set()
+
+
+def board_rows(board: Any, columns: list[str]) -> list[tuple[bool, list[tuple[str, str, bool]]]]:
+    """Each leaderboard row: whether it is listed apart, and each cell's (column, text, is best).
+
+    Parameters
+    ----------
+    board
+        A :class:`~scperteval.scoring.leaderboard.Leaderboard`.
+    columns
+        The columns shown.
+
+    Returns
+    -------
+    list
+        Per row of the table, in order; texts by :func:`cell_text`.
+
+    """
+    is_best = best_cells(board)
+    rows = []
+    for record in board.table[columns].to_dict("records"):
+        cells = [(c, cell_text(c, record[c]), is_best(c, record[c])) for c in columns]
+        rows.append((record.get("listing", "ranked") != "ranked", cells))
+    return rows
+
+
+def wins_by_pair(result: Any) -> tuple[list[str], dict[tuple[str, str], Any]]:
+    """The entries compared (leaderboard order) and each (entry, other) row of ``result.wins``."""
+    entries = set(result.wins["entry"])
+    order = [str(m) for m in result.leaderboard.table["model"] if str(m) in entries]
+    return order, {(row.entry, row.other): row for row in result.wins.itertuples()}
+
+
 def score_caption(board: Any) -> str:
     """The definition of ``score`` (:attr:`Leaderboard.definition`), then what columns hold."""
     if board.calibrated:

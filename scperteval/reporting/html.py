@@ -14,24 +14,26 @@ from scperteval.reporting.formatting import (
     DAGGER,
     MISSING,
     TEXT_COLUMNS,
-    best_cells,
-    cell_text,
+    board_rows,
     controls_of,
+    excluded_protocols,
     is_missing,
     model_notes,
     number,
     run_items,
     score_caption,
     trust_terms,
+    wins_by_pair,
 )
 
-__all__ = ["html_report", "SIGNIFICANCE"]
+__all__ = ["html_report", "html_page", "list_items", "png_source", "SIGNIFICANCE"]
 
 SIGNIFICANCE = 0.05
 LEADERBOARD_ID = "leaderboard-table"
 PROTOCOL_TABLE_ID = "protocol-table"
 TITLE = "scperteval report"
 PAGED_PREFIX = "per_perturbation"
+_VIEWPORT = '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
 PAIR_TEXT = ("protocol", "entry", "other", "outcome")
 _CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
@@ -81,6 +83,7 @@ _SECTIONS = (
 )
 
 Cell = tuple[str, str]
+_APART = ("", "apart")
 
 
 def _class(klass: str) -> str:
@@ -136,27 +139,13 @@ def _frame_table(
 def _board_table(
     board: Any, columns: list[str], excluded: set[str], table_id: str, controls: Any = None
 ) -> str:
-    is_best = best_cells(board)
     header = [
-        (
-            c + (f" {DAGGER}" if c in excluded else ""),
-            "text" if c in TEXT_COLUMNS else ("excluded" if c in excluded else ""),
-        )
-        for c in columns
+        (c + f" {DAGGER}" * (c in excluded), _board_class(c, False, excluded)) for c in columns
     ]
-    rows = []
-    for record in board.table[columns].to_dict("records"):
-        cells = []
-        for column in columns:
-            value = record[column]
-            klass = "text" if column in TEXT_COLUMNS else ""
-            if is_best(column, value):
-                klass = "best"
-            elif column in excluded:
-                klass = "excluded"
-            cells.append((cell_text(column, value), klass))
-        apart = record.get("listing", "ranked") != "ranked"
-        rows.append((cells, "apart" if apart else ""))
+    rows = [
+        ([(text, _board_class(c, best, excluded)) for c, text, best in cells], _APART[apart])
+        for apart, cells in board_rows(board, columns)
+    ]
     extra = ""
     if controls:
         cells = [("controls: 0 \u2192 1", "text"), ("", "text")] + [
@@ -165,6 +154,14 @@ def _board_table(
         ]
         extra = _row(cells, "th", "controls")
     return _table(header, rows, table_id, extra_header=extra)
+
+
+def _board_class(column: str, best: bool, excluded: set[str]) -> str:
+    if best:
+        return "best"
+    if column in excluded:
+        return "excluded"
+    return "text" if column in TEXT_COLUMNS else ""
 
 
 def leaderboard_html(board: Any) -> str:
@@ -203,7 +200,7 @@ def protocol_scores_html(board: Any, controls: Any = None) -> str:
         A ``<table id="protocol-table">``.
 
     """
-    excluded = set(board.excluded) if board.calibrated else set()
+    excluded = excluded_protocols(board)
     columns = ["model", "kind", *board.protocols]
     return _board_table(board, columns, excluded, PROTOCOL_TABLE_ID, controls)
 
@@ -285,9 +282,7 @@ def _versus_section(result: Any) -> str:
     pairs = result.pairs
     if wins is None or wins.empty:
         return "<p>No pair of entries was compared.</p>"
-    order = [str(m) for m in result.leaderboard.table["model"]]
-    shown = [m for m in order if m in set(wins["entry"])]
-    record = {(r.entry, r.other): r for r in wins.itertuples()}
+    shown, record = wins_by_pair(result)
     header = [("entry \\ other", "text")] + [(m, "") for m in shown]
     rows = []
     for a in shown:
@@ -330,15 +325,8 @@ def _calibration_section(result: Any) -> str:
     table = result.calibration
     if table.empty:
         return "<p>Plain mode (truth = all cells): no controls, so no calibration.</p>"
-    formats = {
-        "n": "d",
-        "drf_mean": ".3f",
-        "drf_median": ".3f",
-        "bds": ".3f",
-        "n_skipped": "d",
-        "n_negative": "d",
-    }
-    formats = {k: v for k, v in formats.items() if k in table}
+    shown = ("n", "drf_mean", "drf_median", "bds", "n_skipped", "n_negative")
+    formats = {c: "d" if c.startswith("n") else ".3f" for c in shown if c in table}
     t = result.thresholds
     caption = (
         f"DRF: share of the room between the negative control and a perfect score covered by "
@@ -387,11 +375,9 @@ def _figures_section(images: Mapping[str, tuple[bytes, str]]) -> str:
         return "<p>Figures were not drawn.</p>"
     parts: list[str] = []
     for name, (png, caption) in images.items():
-        data = base64.b64encode(png).decode("ascii")
         figure = (
             f'<figure id="figure-{escape(name)}"><img alt="{escape(caption)}" '
-            f'src="data:image/png;base64,{data}"><figcaption>{escape(caption)}</figcaption>'
-            "</figure>"
+            f'src="{png_source(png)}"><figcaption>{escape(caption)}</figcaption></figure>'
         )
         if name.startswith(PAGED_PREFIX):
             # One page per group of protocols; the first one open, the others a click away.
@@ -402,6 +388,11 @@ def _figures_section(images: Mapping[str, tuple[bytes, str]]) -> str:
             )
         parts.append(figure)
     return "\n".join(parts)
+
+
+def png_source(png: bytes) -> str:
+    """A PNG as a data URI, for an ``img`` element's ``src``."""
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
 def _readable(protocols: pd.DataFrame) -> pd.DataFrame:
@@ -455,11 +446,34 @@ def html_report(result: Any, images: Mapping[str, tuple[bytes, str]], created: s
         f'<section id="{key}"><h2>{escape(title)}</h2>\n{sections[key]}\n</section>'
         for key, title in _SECTIONS
     )
+    footer = f"scperteval {escape(__version__)} \u2014 {escape(created)}"
+    return html_page(TITLE, _CSS, f"<nav>{nav}</nav>\n{body}", footer, _VIEWPORT)
+
+
+def html_page(title: str, css: str, body: str, footer: str, head: str = "") -> str:
+    """A whole HTML document: ``title`` as heading, then ``body``, then ``footer``.
+
+    Parameters
+    ----------
+    title
+        The page's title and first heading.
+    css
+        The inline style sheet.
+    body
+        HTML after the heading.
+    footer
+        HTML of the footer.
+    head
+        Further HTML in the head, before the title.
+
+    Returns
+    -------
+    str
+        The document.
+
+    """
     return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{TITLE}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-        f"<h1>{TITLE}</h1>\n<nav>{nav}</nav>\n{body}\n"
-        f"<footer>scperteval {escape(__version__)} \u2014 {escape(created)}</footer>\n"
-        "</body>\n</html>\n"
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n{head}'
+        f"<title>{title}</title>\n<style>{css}</style>\n</head>\n<body>\n"
+        f"<h1>{title}</h1>\n{body}\n<footer>{footer}</footer>\n</body>\n</html>\n"
     )

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import matplotlib as mpl
@@ -21,6 +22,7 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
 from scperteval.reporting.drawing import CALIBRATED_LIMIT, bottom_legend, cell_label, panel_grid
+from scperteval.reporting.formatting import wins_by_pair
 
 __all__ = ["per_perturbation_figures", "versus_figure", "PROTOCOLS_PER_PAGE", "MAX_LABELS"]
 
@@ -77,14 +79,8 @@ def _page(
                 ax.scatter(x[inside], y[inside], s=14, color=colour, label=entry, zorder=3)
                 for sign, marker in ((1, ">"), (-1, "<")):
                     beyond = np.isfinite(x) & (sign * x > CALIBRATED_LIMIT)
-                    ax.scatter(
-                        np.full(beyond.sum(), sign * CALIBRATED_LIMIT),
-                        y[beyond],
-                        s=22,
-                        marker=marker,
-                        color=colour,
-                        zorder=3,
-                    )
+                    edge = np.full(beyond.sum(), sign * CALIBRATED_LIMIT)
+                    ax.scatter(edge, y[beyond], s=22, marker=marker, color=colour, zorder=3)
             else:
                 ax.scatter(x, y, s=14, color=colour, label=entry, zorder=3)
         ax.set_yticks(positions, labels if ax_number % n_cols == 0 else [""] * len(labels))
@@ -160,25 +156,22 @@ def versus_figure(result: Any) -> Figure | None:
     wins = getattr(result, "wins", None)
     if wins is None or wins.empty:
         return None
-    order = [str(m) for m in result.leaderboard.table["model"] if str(m) in set(wins["entry"])]
+    order, by_pair = wins_by_pair(result)
     n = len(order)
+    shown = {
+        (i, j): by_pair[a, b]
+        for (i, a), (j, b) in itertools.product(enumerate(order), repeat=2)
+        if (a, b) in by_pair and by_pair[a, b].n_protocols
+    }
     balance = np.full((n, n), np.nan)
-    text = [["" for _ in order] for _ in order]
-    where = {name: i for i, name in enumerate(order)}
-    for row in wins.itertuples():
-        if row.entry not in where or row.other not in where or not row.n_protocols:
-            continue
-        i, j = where[row.entry], where[row.other]
+    for (i, j), row in shown.items():
         balance[i, j] = (row.wins - row.losses) / row.n_protocols
-        text[i][j] = f"{row.wins}/{row.ties}/{row.losses}"
     fig = Figure(figsize=(2.4 + 0.75 * n, 1.6 + 0.5 * n), layout="constrained")
     ax = fig.add_subplot()
     cmap = mpl.colormaps["RdBu"].with_extremes(bad="#f0f0f0")
     image = ax.imshow(balance, cmap=cmap, norm=TwoSlopeNorm(vmin=-1, vcenter=0, vmax=1))
-    for i in range(n):
-        for j in range(n):
-            if text[i][j]:
-                cell_label(ax, i, j, text[i][j], 7, abs(balance[i, j]) > 0.6)
+    for (i, j), row in shown.items():
+        cell_label(ax, i, j, f"{row.wins}/{row.ties}/{row.losses}", 7, abs(balance[i, j]) > 0.6)
     ax.set_xticks(range(n), order, rotation=45, ha="right", rotation_mode="anchor", fontsize=8)
     ax.set_yticks(range(n), order, fontsize=8)
     bar = fig.colorbar(image, ax=ax, shrink=0.8)

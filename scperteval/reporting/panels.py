@@ -68,14 +68,8 @@ def _clip_axis(ax: Axes, data: list[np.ndarray]) -> None:
     for i, values in enumerate(data):
         outside = int(np.sum((values < low) | (values > high)))
         if outside:
-            ax.annotate(
-                f"{outside} off axis",
-                (i + 1, high),
-                ha="center",
-                va="top",
-                fontsize=6,
-                color="#c0392b",
-            )
+            label = f"{outside} off axis"
+            ax.annotate(label, (i + 1, high), ha="center", va="top", fontsize=6, color="#c0392b")
 
 
 def _calibrated_distribution(result: Any, order: list[str]) -> Figure | None:
@@ -158,21 +152,22 @@ def _scatter_panel(ax: Axes, part: pd.DataFrame, models: list[str], colours: lis
     positive = part[part["source"] == "positive"].set_index(list(KEYS))["value"]
     shown: list[np.ndarray] = [positive.to_numpy(dtype=np.float64)]
     negative = part[part["source"] == "negative"].set_index(list(KEYS))["value"]
-    pairs = pd.concat([positive.rename("x"), negative.rename("y")], axis=1, join="inner")
+    pairs = _paired(positive, negative)
     ax.scatter(pairs["x"], pairs["y"], marker="x", s=18, color="#9e9e9e", linewidths=1)
     shown.append(pairs["y"].to_numpy(dtype=np.float64))
     for model, colour in zip(models, colours, strict=True):
         values = part[(part["source"] == "model") & (part["source_name"] == model)]
-        pairs = pd.concat(
-            [positive.rename("x"), values.set_index(list(KEYS))["value"].rename("y")],
-            axis=1,
-            join="inner",
-        )
+        pairs = _paired(positive, values.set_index(list(KEYS))["value"])
         ax.scatter(pairs["x"], pairs["y"], s=14, color=colour, alpha=0.8, linewidths=0)
         shown.append(pairs["y"].to_numpy(dtype=np.float64))
     ax.set_xlim(*_padded(shown[0]))
     ax.set_ylim(*_padded(np.concatenate(shown)))
     ax.axline((0.0, 0.0), slope=1.0, color="black", linewidth=0.8, linestyle=":")
+
+
+def _paired(x: pd.Series, y: pd.Series) -> pd.DataFrame:
+    """Columns ``x`` and ``y`` over the perturbations both hold."""
+    return pd.concat([x.rename("x"), y.rename("y")], axis=1, join="inner")
 
 
 def _padded(values: np.ndarray) -> tuple[float, float]:
@@ -222,13 +217,9 @@ def positive_figure(result: Any) -> Figure | None:
         ax.set_xlabel("positive control", fontsize=8)
         ax.set_ylabel("model", fontsize=8)
         ax.tick_params(labelsize=7)
-    handles = [
-        Line2D([], [], marker="o", linestyle="", color=c, label=m)
-        for m, c in zip(models, colours, strict=True)
-    ]
-    handles.append(
-        Line2D([], [], marker="x", linestyle="", color="#9e9e9e", label="negative control")
-    )
+    points: list[tuple[str, Any, str]] = [*zip("o" * len(models), colours, models, strict=True)]
+    points.append(("x", "#9e9e9e", "negative control"))
+    handles = [Line2D([], [], marker=m, linestyle="", color=c, label=n) for m, c, n in points]
     handles.append(Line2D([], [], linestyle=":", color="black", label="as good as positive"))
     bottom_legend(fig, handles, [str(h.get_label()) for h in handles], min(len(handles), 5))
     fig.suptitle("Per-perturbation raw values: models against the positive control", fontsize=10)

@@ -11,8 +11,8 @@ from scperteval.reporting.formatting import (
     DAGGER,
     MISSING,
     TEXT_COLUMNS,
-    best_cells,
-    cell_text,
+    board_rows,
+    excluded_protocols,
     model_notes,
     run_items,
     score_caption,
@@ -84,39 +84,39 @@ def _board_cells(
     board: Any, columns: list[str], escape: Callable[[str], str], best: str, missing: str
 ) -> list[list[str]]:
     """Each leaderboard row's cells: text escaped, ``missing`` for no value, ``best`` marked."""
-    is_best = best_cells(board)
-    rows = []
-    for record in board.table[columns].to_dict("records"):
-        cells = []
-        for column in columns:
-            value = record[column]
-            text = cell_text(column, value)
-            if column in TEXT_COLUMNS:
-                text = escape(text)
-            elif text == MISSING:
-                text = missing
-            cells.append(best.format(text) if is_best(column, value) else text)
-        rows.append(cells)
-    return rows
+    return [
+        [
+            _cell(column, text, escape, missing, best if is_best else "{}")
+            for column, text, is_best in cells
+        ]
+        for _, cells in board_rows(board, columns)
+    ]
+
+
+def _cell(column: str, text: str, escape: Callable[[str], str], missing: str, mark: str) -> str:
+    if column in TEXT_COLUMNS:
+        return mark.format(escape(text))
+    return mark.format(missing if text == MISSING else text)
 
 
 def _markdown_rows(board: Any, columns: list[str], excluded: set[str]) -> list[str]:
     align = [":---" if c in TEXT_COLUMNS else "---:" for c in columns]
     header = [markdown_escape(c) + (f" {DAGGER}" if c in excluded else "") for c in columns]
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
-    for cells in _board_cells(board, columns, markdown_escape, "**{}**", MISSING):
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+    return markdown_lines(
+        header, align, _board_cells(board, columns, markdown_escape, "**{}**", MISSING)
+    )
 
 
-def _markdown_table(board: Any) -> list[str]:
-    """The headline table: the columns of ``leaderboard.csv``."""
-    return _markdown_rows(board, list(board.headline.columns), set())
+def markdown_lines(header: list[str], align: list[str], rows: list[list[str]]) -> list[str]:
+    """The lines of a Markdown table of (already escaped) cells."""
+    return ["| " + " | ".join(cells) + " |" for cells in [header, align, *rows]]
 
 
-def _markdown_wide(board: Any) -> list[str]:
-    excluded = set(board.excluded) if board.calibrated else set()
-    return _markdown_rows(board, ["model", "kind", *board.protocols], excluded)
+def latex_lines(spec: str, header: list[str], rows: list[list[str]]) -> list[str]:
+    """The lines of a ``booktabs`` tabular of (already escaped) cells, up to its bottom rule."""
+    body = [" & ".join(cells) + r" \\" for cells in [header, *rows]]
+    begin = f"\\begin{{tabular}}{{{spec}}}"
+    return [begin, "\\toprule", body[0], "\\midrule", *body[1:], "\\bottomrule"]
 
 
 def markdown_report(result: Any, created: str) -> str:
@@ -142,7 +142,7 @@ def markdown_report(result: Any, created: str) -> str:
     board = result.leaderboard
     lines = ["# scperteval leaderboard", ""]
     lines += [markdown_escape(score_caption(board)), ""]
-    lines += _markdown_table(board)
+    lines += _markdown_rows(board, list(board.headline.columns), set())
     lines += [
         "",
         f"Bold: best value of each column among ranked entries without flags. {MISSING}: no value.",
@@ -156,7 +156,7 @@ def markdown_report(result: Any, created: str) -> str:
     lines += ["", "## Per-protocol scores", ""]
     if board.excluded:
         lines += [f"{DAGGER}: excluded from the score (not trusted on this dataset).", ""]
-    lines += _markdown_wide(board)
+    lines += _markdown_rows(board, ["model", "kind", *board.protocols], excluded_protocols(board))
     lines.append("")
     names = ", ".join(markdown_escape(p) for p in board.trusted) or "none"
     if board.calibrated:
@@ -192,12 +192,9 @@ def _latex_rows(board: Any, columns: list[str], excluded: set[str]) -> list[str]
         latex_escape(c) + (r"\textsuperscript{\dag}" if c in excluded else "") for c in columns
     ]
     spec = "".join("l" if c in TEXT_COLUMNS else "r" for c in columns)
-    lines = [f"\\begin{{tabular}}{{{spec}}}", "\\toprule", " & ".join(header) + r" \\"]
-    lines.append("\\midrule")
-    for cells in _board_cells(board, columns, latex_escape, "\\textbf{{{}}}", "--"):
-        lines.append(" & ".join(cells) + r" \\")
-    lines.append("\\bottomrule")
-    return lines
+    return latex_lines(
+        spec, header, _board_cells(board, columns, latex_escape, "\\textbf{{{}}}", "--")
+    )
 
 
 def latex_table(board: Any) -> str:
@@ -218,7 +215,7 @@ def latex_table(board: Any) -> str:
         with a dagger.
 
     """
-    excluded = set(board.excluded) if board.calibrated else set()
+    excluded = excluded_protocols(board)
     lines = ["% Requires \\usepackage{booktabs}", f"% {board.definition}"]
     lines += _latex_rows(board, list(board.headline.columns), set())
     lines.append("\\end{tabular}")
