@@ -48,14 +48,8 @@ def _write_figures(result: Any, folder: Path) -> dict[str, tuple[bytes, str]]:
         else:
             write_file(target / f"{name}.svg", svg)
         images[name] = (png, caption(name, figure))
-    stale = [n for n in FIGURE_NAMES if n not in drawn]
-    if target.is_dir():
-        stale += [
-            p.stem
-            for p in target.glob(f"{PAGED_FIGURE}_*.png")
-            if p.stem not in drawn and p.stem not in stale
-        ]
-    for name in stale:
+    paged = [p.stem for p in target.glob(f"{PAGED_FIGURE}_*.png")] if target.is_dir() else []
+    for name in [n for n in [*FIGURE_NAMES, *paged] if n not in drawn]:
         for suffix in (".png", ".svg"):
             (target / f"{name}{suffix}").unlink(missing_ok=True)
     return images

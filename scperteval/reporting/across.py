@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from scperteval.reporting.formatting import MISSING, created_now, significant, write_file
-from scperteval.reporting.html import html_page, list_items, png_source
+from scperteval.reporting.htmlparts import html_page, list_items, png_source
 from scperteval.reporting.tables import latex_escape, latex_lines, markdown_escape, markdown_lines
 from scperteval.runinfo import write_atomic
 

@@ -54,15 +54,8 @@ def significant(value: Any, digits: int = 3) -> str:
 def headline_frame(board: Any) -> pd.DataFrame:
     """The headline columns as display text (3 significant digits, missing as a dash)."""
     table = board.headline
-    frame = pd.DataFrame(index=table.index)
-    for column in table.columns:
-        if column in TEXT_COLUMNS:
-            frame[column] = table[column].astype(str)
-        elif column == "rank":
-            frame[column] = [MISSING if is_missing(v) else str(int(v)) for v in table[column]]
-        else:
-            frame[column] = [significant(v) for v in table[column]]
-    return frame
+    texts = {column: [cell_text(column, v) for v in table[column]] for column in table.columns}
+    return pd.DataFrame(texts, index=table.index)
 
 
 def controls_of(result: Any) -> dict[str, tuple[str, str]]:

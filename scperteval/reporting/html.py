@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import base64
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from scperteval._version import __version__
+from scperteval.reporting import htmlparts
 from scperteval.reporting.formatting import (
     DAGGER,
     MISSING,
@@ -19,14 +20,14 @@ from scperteval.reporting.formatting import (
     excluded_protocols,
     is_missing,
     model_notes,
-    number,
     run_items,
     score_caption,
     trust_terms,
     wins_by_pair,
 )
+from scperteval.reporting.htmlparts import Cell
 
-__all__ = ["html_report", "html_page", "list_items", "png_source", "SIGNIFICANCE"]
+__all__ = ["html_report", "SIGNIFICANCE"]
 
 SIGNIFICANCE = 0.05
 LEADERBOARD_ID = "leaderboard-table"
@@ -34,6 +35,8 @@ PROTOCOL_TABLE_ID = "protocol-table"
 TITLE = "scperteval report"
 PAGED_PREFIX = "per_perturbation"
 _VIEWPORT = '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+# Indexed by the sign of wins minus losses.
+_WTL_CLASS = ("", "win", "loss")
 PAIR_TEXT = ("protocol", "entry", "other", "outcome")
 _CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
@@ -82,58 +85,7 @@ _SECTIONS = (
     ("run", "Run"),
 )
 
-Cell = tuple[str, str]
 _APART = ("", "apart")
-
-
-def _class(klass: str) -> str:
-    return f' class="{klass}"' if klass else ""
-
-
-def _row(cells: Sequence[Cell], tag: str = "td", row_class: str = "") -> str:
-    attr = _class(row_class)
-    inner = "".join(f"<{tag}{_class(klass)}>{escape(text)}</{tag}>" for text, klass in cells)
-    return f"<tr{attr}>{inner}</tr>"
-
-
-def _table(
-    header: Sequence[Cell],
-    rows: Sequence[tuple[Sequence[Cell], str]],
-    table_id: str = "",
-    klass: str = "",
-    extra_header: str = "",
-) -> str:
-    attr = (f' id="{table_id}"' if table_id else "") + (f' class="{klass}"' if klass else "")
-    body = "\n".join(_row(cells, row_class=klass) for cells, klass in rows)
-    return (
-        f'<div class="scroll"><table{attr}>\n<thead>{_row(header, "th")}{extra_header}</thead>\n'
-        f"<tbody>\n{body}\n</tbody></table></div>"
-    )
-
-
-def _frame_table(
-    frame: pd.DataFrame,
-    formats: Mapping[str, str],
-    cell_class: Callable[[str, Any], str] = lambda column, value: "",
-    row_class: Callable[[Any], str] = lambda row: "",
-    table_class: str = "",
-) -> str:
-    columns = [str(c) for c in frame.columns]
-    text_columns = {c for c in columns if c not in formats}
-    header = [(c, "text" if c in text_columns else "") for c in columns]
-    rows = []
-    for record in frame.to_dict("records"):
-        cells = []
-        for column in columns:
-            value = record[column]
-            if column in text_columns:
-                text, klass = ("" if is_missing(value) else str(value)), "text"
-            else:
-                text, klass = number(value, formats[column]), ""
-            extra = cell_class(column, value)
-            cells.append((text, f"{klass} {extra}".strip()))
-        rows.append((cells, row_class(record)))
-    return _table(header, rows, klass=table_class)
 
 
 def _board_table(
@@ -152,8 +104,8 @@ def _board_table(
             (f"{controls[c][0]} \u2192 {controls[c][1]}" if c in controls else "", "controls")
             for c in columns[2:]
         ]
-        extra = _row(cells, "th", "controls")
-    return _table(header, rows, table_id, extra_header=extra)
+        extra = htmlparts.row(cells, "th", "controls")
+    return htmlparts.table(header, rows, table_id, extra_header=extra)
 
 
 def _board_class(column: str, best: bool, excluded: set[str]) -> str:
@@ -205,22 +157,6 @@ def protocol_scores_html(board: Any, controls: Any = None) -> str:
     return _board_table(board, columns, excluded, PROTOCOL_TABLE_ID, controls)
 
 
-def list_items(lines: Iterable[str]) -> str:
-    """HTML list items holding ``lines`` (escaped)."""
-    return "".join(f"<li>{escape(line)}</li>" for line in lines)
-
-
-def _named_items(
-    pairs: Iterable[tuple[str, str]], attributes: str = "", marked: Container[str] = ()
-) -> str:
-    """List items ``name: text``, the name in bold and followed by a dagger when marked."""
-    return "".join(
-        f"<li{attributes}><strong>{escape(name)}</strong>{' ' + DAGGER if name in marked else ''}"
-        f": {escape(text)}</li>"
-        for name, text in pairs
-    )
-
-
 def _leaderboard_section(result: Any) -> str:
     board = result.leaderboard
     parts = [
@@ -231,14 +167,14 @@ def _leaderboard_section(result: Any) -> str:
         "the one they would take among the ranked entries on their own coverage).</p>",
     ]
     if board.notes:
-        parts.append(f"<ul>{list_items(board.notes)}</ul>")
+        parts.append(f"<ul>{htmlparts.list_items(board.notes)}</ul>")
     flagged = [(n, f) for n, flags in board.flags.items() for f in flags]
     if flagged:
-        items = _named_items(flagged, ' class="flag"')
+        items = htmlparts.named_items(flagged, ' class="flag"')
         parts.append(f"<p><strong>Flags on predictions</strong></p><ul>{items}</ul>")
     notes = model_notes(result)
     if notes:
-        parts.append(f"<p><strong>Models</strong></p><ul>{_named_items(notes)}</ul>")
+        parts.append(f"<p><strong>Models</strong></p><ul>{htmlparts.named_items(notes)}</ul>")
     return "\n".join(parts)
 
 
@@ -268,9 +204,11 @@ def _verdicts_section(result: Any) -> str:
         f"<p><strong>{escape(label)}:</strong> {escape(names)}</p>",
     ]
     if board.verdicts:
-        parts.append(f"<ul>{_named_items(board.verdicts.items(), marked=board.excluded)}</ul>")
+        parts.append(
+            f"<ul>{htmlparts.named_items(board.verdicts.items(), marked=board.excluded)}</ul>"
+        )
     elif board.excluded:
-        items = _named_items(board.excluded.items())
+        items = htmlparts.named_items(board.excluded.items())
         parts.append(
             f"<p><strong>Excluded protocols</strong> (marked {DAGGER}):</p><ul>{items}</ul>"
         )
@@ -293,7 +231,8 @@ def _versus_section(result: Any) -> str:
                 cells.append(("" if a == b else MISSING, ""))
                 continue
             mark = {"win": "▲", "loss": "▼", "tie": ""}.get(str(r.score_outcome), "")
-            cells.append((f"{r.wins}/{r.ties}/{r.losses}{mark}", _wtl_class(r)))
+            klass = _WTL_CLASS[int(np.sign(r.wins - r.losses))]
+            cells.append((f"{r.wins}/{r.ties}/{r.losses}{mark}", klass))
         rows.append((cells, ""))
     caption = (
         "Each cell: wins/ties/losses of the row entry against the column entry over the trusted "
@@ -303,22 +242,17 @@ def _versus_section(result: Any) -> str:
         "better/worse on the headline score (per-perturbation median calibrated score over the "
         "trusted protocols). The paired t-tests are in pairwise_tests.csv."
     )
-    parts = [f'<p class="caption">{escape(caption)}</p>', _table(header, rows, "wtl-table")]
+    parts = [
+        f'<p class="caption">{escape(caption)}</p>',
+        htmlparts.table(header, rows, "wtl-table"),
+    ]
     if pairs is not None and not pairs.empty:
         headline = pairs[pairs["protocol"] == "score"]
         if len(headline):
             formats = _test_formats(headline, PAIR_TEXT)
             parts.append("<p><strong>Tests on the headline score</strong></p>")
-            parts.append(f'<div class="tall">{_frame_table(headline, formats)}</div>')
+            parts.append(f'<div class="tall">{htmlparts.frame_table(headline, formats)}</div>')
     return "\n".join(parts)
-
-
-def _wtl_class(record: Any) -> str:
-    if record.wins > record.losses:
-        return "win"
-    if record.losses > record.wins:
-        return "loss"
-    return ""
 
 
 def _calibration_section(result: Any) -> str:
@@ -334,7 +268,7 @@ def _calibration_section(result: Any) -> str:
         f"the negative one. Trusted when BDS >= {t.bds_min} and DRF {t.drf_statistic} >= "
         f"{t.drf_min}. Covariate 'all': over all perturbations; grey rows: not trusted."
     )
-    body = _frame_table(
+    body = htmlparts.frame_table(
         table, formats, row_class=lambda r: "" if bool(r.get("trusted", True)) else "untrusted"
     )
     return f'<p class="caption">{escape(caption)}</p>\n{body}'
@@ -366,7 +300,7 @@ def _tests_section(result: Any) -> str:
         f"protocol and test. Highlighted: adjusted p < {SIGNIFICANCE} ({n_hits} of "
         f"{len(table)} comparisons)."
     )
-    body = _frame_table(table, formats, cell_class=significant)
+    body = htmlparts.frame_table(table, formats, cell_class=significant)
     return f'<p class="caption">{escape(caption)}</p>\n<div class="tall">{body}</div>'
 
 
@@ -377,7 +311,7 @@ def _figures_section(images: Mapping[str, tuple[bytes, str]]) -> str:
     for name, (png, caption) in images.items():
         figure = (
             f'<figure id="figure-{escape(name)}"><img alt="{escape(caption)}" '
-            f'src="{png_source(png)}"><figcaption>{escape(caption)}</figcaption></figure>'
+            f'src="{htmlparts.png_source(png)}"><figcaption>{escape(caption)}</figcaption></figure>'
         )
         if name.startswith(PAGED_PREFIX):
             # One page per group of protocols; the first one open, the others a click away.
@@ -388,11 +322,6 @@ def _figures_section(images: Mapping[str, tuple[bytes, str]]) -> str:
             )
         parts.append(figure)
     return "\n".join(parts)
-
-
-def png_source(png: bytes) -> str:
-    """A PNG as a data URI, for an ``img`` element's ``src``."""
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
 def _readable(protocols: pd.DataFrame) -> pd.DataFrame:
@@ -427,7 +356,7 @@ def html_report(result: Any, images: Mapping[str, tuple[bytes, str]], created: s
     info_rows = [
         ([(label, "text"), (value, "text")], "") for label, value in run_items(result, created)
     ]
-    info = _table([("setting", "text"), ("value", "text")], info_rows, klass="info")
+    info = htmlparts.table([("setting", "text"), ("value", "text")], info_rows, klass="info")
     protocols = result.protocols
     protocol_formats = {"perfect": ".3g"} if "perfect" in protocols else {}
     sections = {
@@ -439,7 +368,9 @@ def html_report(result: Any, images: Mapping[str, tuple[bytes, str]], created: s
         "verdicts": _verdicts_section(result),
         "calibration": _calibration_section(result),
         "tests": _tests_section(result),
-        "protocols": _frame_table(_readable(protocols), protocol_formats, table_class="protocols"),
+        "protocols": htmlparts.frame_table(
+            _readable(protocols), protocol_formats, table_class="protocols"
+        ),
     }
     nav = "".join(f'<a href="#{key}">{escape(title)}</a>' for key, title in _SECTIONS)
     body = "\n".join(
@@ -447,33 +378,4 @@ def html_report(result: Any, images: Mapping[str, tuple[bytes, str]], created: s
         for key, title in _SECTIONS
     )
     footer = f"scperteval {escape(__version__)} \u2014 {escape(created)}"
-    return html_page(TITLE, _CSS, f"<nav>{nav}</nav>\n{body}", footer, _VIEWPORT)
-
-
-def html_page(title: str, css: str, body: str, footer: str, head: str = "") -> str:
-    """A whole HTML document: ``title`` as heading, then ``body``, then ``footer``.
-
-    Parameters
-    ----------
-    title
-        The page's title and first heading.
-    css
-        The inline style sheet.
-    body
-        HTML after the heading.
-    footer
-        HTML of the footer.
-    head
-        Further HTML in the head, before the title.
-
-    Returns
-    -------
-    str
-        The document.
-
-    """
-    return (
-        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n{head}'
-        f"<title>{title}</title>\n<style>{css}</style>\n</head>\n<body>\n"
-        f"<h1>{title}</h1>\n{body}\n<footer>{footer}</footer>\n</body>\n</html>\n"
-    )
+    return htmlparts.html_page(TITLE, _CSS, f"<nav>{nav}</nav>\n{body}", footer, _VIEWPORT)

@@ -7,6 +7,7 @@ import platform
 from typing import Any
 
 from scperteval._version import __version__
+from scperteval.reporting.formatting import controls_of
 
 __all__ = ["methods_text", "REFERENCES"]
 
@@ -31,11 +32,10 @@ def _version(name: str) -> str:
 
 
 def _controls(result: Any) -> str:
-    table = result.protocols
-    if not {"positive", "negative"} <= set(table.columns):
+    pairs = dict.fromkeys(controls_of(result).values())
+    if not pairs:
         return "the protocols' own controls"
-    pairs = table[["negative", "positive"]].astype(str).drop_duplicates()
-    return "; ".join(f"{row.negative} (0) and {row.positive} (1)" for row in pairs.itertuples())
+    return "; ".join(f"{negative} (0) and {positive} (1)" for negative, positive in pairs)
 
 
 def methods_text(result: Any) -> str:

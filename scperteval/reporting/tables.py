@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import MappingProxyType
 from typing import Any
 
@@ -119,6 +119,11 @@ def latex_lines(spec: str, header: list[str], rows: list[list[str]]) -> list[str
     return [begin, "\\toprule", body[0], "\\midrule", *body[1:], "\\bottomrule"]
 
 
+def _named_items(pairs: Iterable[tuple[str, str]]) -> list[str]:
+    """Markdown list items ``name: text``."""
+    return [f"- {markdown_escape(name)}: {markdown_escape(text)}" for name, text in pairs]
+
+
 def markdown_report(result: Any, created: str) -> str:
     """The leaderboard as a Markdown document.
 
@@ -152,7 +157,7 @@ def markdown_report(result: Any, created: str) -> str:
     flagged = [(n, f) for n, flags in board.flags.items() for f in flags]
     if flagged:
         lines += ["", "Flags on predictions:", ""]
-        lines += [f"- {markdown_escape(n)}: {markdown_escape(f)}" for n, f in flagged]
+        lines += _named_items(flagged)
     lines += ["", "## Per-protocol scores", ""]
     if board.excluded:
         lines += [f"{DAGGER}: excluded from the score (not trusted on this dataset).", ""]
@@ -166,22 +171,16 @@ def markdown_report(result: Any, created: str) -> str:
     lines.append("")
     if board.calibrated and board.verdicts:
         lines += ["## Verdict of each protocol", "", markdown_escape(trust_terms()), ""]
-        lines += [
-            f"- {markdown_escape(p)}: {markdown_escape(sentence)}"
-            for p, sentence in board.verdicts.items()
-        ]
+        lines += _named_items(board.verdicts.items())
     elif board.excluded:
         lines += ["Excluded protocols:", ""]
-        lines += [
-            f"- {markdown_escape(p)}: {markdown_escape(reason)}"
-            for p, reason in board.excluded.items()
-        ]
+        lines += _named_items(board.excluded.items())
     else:
         lines.append("Excluded protocols: none.")
     notes = model_notes(result)
     if notes:
         lines += ["", "## Models", ""]
-        lines += [f"- {markdown_escape(name)}: {markdown_escape(text)}" for name, text in notes]
+        lines += _named_items(notes)
     lines += ["", "## Run", ""]
     lines += [f"- {label}: {markdown_escape(value)}" for label, value in run_items(result, created)]
     return "\n".join(lines) + "\n"
