@@ -48,8 +48,8 @@ def _write_figures(result: Any, folder: Path) -> dict[str, tuple[bytes, str]]:
         else:
             write_file(target / f"{name}.svg", svg)
         images[name] = (png, caption(name, figure))
-    paged = [p.stem for p in target.glob(f"{PAGED_FIGURE}_*.png")] if target.is_dir() else []
-    for name in [n for n in [*FIGURE_NAMES, *paged] if n not in drawn]:
+    pages = [p.stem for p in target.glob(f"{PAGED_FIGURE}_*.png")] if target.is_dir() else []
+    for name in [n for n in [*FIGURE_NAMES, *pages] if n not in drawn]:
         for suffix in (".png", ".svg"):
             (target / f"{name}{suffix}").unlink(missing_ok=True)
     return images

@@ -158,6 +158,11 @@ def score_caption(board: Any) -> str:
     return f"{board.definition}. Rank 1 is best."
 
 
+def user_models(table: pd.DataFrame) -> list[str]:
+    """The names of a leaderboard table's user models (not baselines), in its order."""
+    return [str(m) for m in table.loc[table["kind"] == "model", "model"]]
+
+
 def population_protocols(result: Any) -> list[str]:
     """Leaderboard protocols that compare cell populations (none for pseudobulk predictions)."""
     table = result.protocols
@@ -176,16 +181,15 @@ def model_notes(result: Any) -> list[tuple[str, str]]:
     for name, meta in models.items():
         coverage = meta.get("coverage")
         missing = list(meta.get("missing", []) or [])
-        parts = []
-        if is_missing(coverage):
-            parts.append("coverage unknown")
-        else:
-            parts.append(f"covers {100 * float(coverage):.1f}% of the perturbations")
+        parts = [
+            "coverage unknown"
+            if is_missing(coverage)
+            else f"covers {100 * float(coverage):.1f}% of the perturbations"
+        ]
         if missing:
             shown = ", ".join(missing[:SHOWN_MISSING])
-            more = (
-                f" and {len(missing) - SHOWN_MISSING} more" if len(missing) > SHOWN_MISSING else ""
-            )
+            hidden = len(missing) - SHOWN_MISSING
+            more = f" and {hidden} more" if hidden > 0 else ""
             parts.append(f"missing {len(missing)} ({shown}{more}; NaN there)")
         if meta.get("pseudobulk"):
             skipped = ", ".join(population) if population else "none in this run"

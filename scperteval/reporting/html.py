@@ -73,18 +73,6 @@ figure img { max-width: 100%; height: auto; border: 1px solid #eaeef2; }
 figcaption { color: #57606a; font-size: 0.9em; }
 footer { margin-top: 3em; color: #57606a; font-size: 0.85em; }
 """
-_SECTIONS = (
-    ("leaderboard", "Leaderboard"),
-    ("scores", "Per-protocol scores"),
-    ("figures", "Figures"),
-    ("versus", "Model against model"),
-    ("verdicts", "Verdicts"),
-    ("calibration", "Calibration"),
-    ("tests", "Tests against the negative baselines"),
-    ("protocols", "Protocols"),
-    ("run", "Run"),
-)
-
 _APART = ("", "apart")
 
 
@@ -360,22 +348,22 @@ def html_report(result: Any, images: Mapping[str, tuple[bytes, str]], created: s
     protocols = result.protocols
     protocol_formats = {"perfect": ".3g"} if "perfect" in protocols else {}
     sections = {
-        "run": info,
-        "leaderboard": _leaderboard_section(result),
-        "scores": _protocol_scores_section(result),
-        "figures": _figures_section(images),
-        "versus": _versus_section(result),
-        "verdicts": _verdicts_section(result),
-        "calibration": _calibration_section(result),
-        "tests": _tests_section(result),
-        "protocols": htmlparts.frame_table(
+        ("leaderboard", "Leaderboard"): _leaderboard_section(result),
+        ("scores", "Per-protocol scores"): _protocol_scores_section(result),
+        ("figures", "Figures"): _figures_section(images),
+        ("versus", "Model against model"): _versus_section(result),
+        ("verdicts", "Verdicts"): _verdicts_section(result),
+        ("calibration", "Calibration"): _calibration_section(result),
+        ("tests", "Tests against the negative baselines"): _tests_section(result),
+        ("protocols", "Protocols"): htmlparts.frame_table(
             _readable(protocols), protocol_formats, table_class="protocols"
         ),
+        ("run", "Run"): info,
     }
-    nav = "".join(f'<a href="#{key}">{escape(title)}</a>' for key, title in _SECTIONS)
+    nav = "".join(f'<a href="#{key}">{escape(title)}</a>' for key, title in sections)
     body = "\n".join(
-        f'<section id="{key}"><h2>{escape(title)}</h2>\n{sections[key]}\n</section>'
-        for key, title in _SECTIONS
+        f'<section id="{key}"><h2>{escape(title)}</h2>\n{html}\n</section>'
+        for (key, title), html in sections.items()
     )
     footer = f"scperteval {escape(__version__)} \u2014 {escape(created)}"
     return htmlparts.html_page(TITLE, _CSS, f"<nav>{nav}</nav>\n{body}", footer, _VIEWPORT)

@@ -89,8 +89,8 @@ def methods_text(result: Any) -> str:
             "as c = (s_model - s_neg) / (s_pos - s_neg), so that 0 is the negative and 1 the "
             "positive control (Miller et al. 2025)."
         )
-        lines.append("")
-        lines.append(
+        lines += [
+            "",
             "A protocol was trusted on this dataset when its bound discrimination score (BDS: "
             "the fraction of perturbations on which the positive control beats the negative "
             f"one; Vollenweider & Buhlmann 2026) was at least {thresholds.bds_min}, its "
@@ -98,10 +98,8 @@ def methods_text(result: Any) -> str:
             "between the negative control and a perfect score covered by the positive control; "
             f"Miller et al. 2025) at least {thresholds.drf_min}, and it was scored on at least "
             f"{info.get('min_perturbations', 10)} perturbations with both controls defined. "
-            f"{len(board.trusted)} of {n_protocols} protocols were trusted: {trusted}."
-        )
-        lines.append("")
-        lines.append(
+            f"{len(board.trusted)} of {n_protocols} protocols were trusted: {trusted}.",
+            "",
             f"Models were ranked by the headline {board.definition}. Entries covering fewer "
             "perturbations or trusted protocols than the others were listed apart, with the "
             "rank they would take among the ranked entries on their own coverage. "
@@ -111,8 +109,8 @@ def methods_text(result: Any) -> str:
             f"{info.get('correction', 'bonferroni')}-corrected over all pairs within each "
             "protocol; a win is a corrected Wilcoxon p < 0.05. Predictions were checked for "
             "mode collapse (the spread of predicted profiles across perturbations below 2% of "
-            "the truth's) and leakage (predicted cells identical to the truth's)."
-        )
+            "the truth's) and leakage (predicted cells identical to the truth's).",
+        ]
     lines += [
         "",
         "Software: "

@@ -22,7 +22,7 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
 from scperteval.reporting.drawing import CALIBRATED_LIMIT, bottom_legend, cell_label, panel_grid
-from scperteval.reporting.formatting import wins_by_pair
+from scperteval.reporting.formatting import user_models, wins_by_pair
 
 __all__ = ["per_perturbation_figures", "versus_figure", "PROTOCOLS_PER_PAGE", "MAX_LABELS"]
 
@@ -34,8 +34,7 @@ KEYS = ("covariate", "perturbation")
 def _entries(result: Any) -> list[str]:
     """User models first (leaderboard order), then the ranked baselines."""
     table = result.leaderboard.table
-    models = [str(m) for m in table.loc[table["kind"] == "model", "model"]]
-    return models or [str(m) for m in table["model"]][:6]
+    return user_models(table) or [str(m) for m in table["model"]][:6]
 
 
 def _labels(index: pd.MultiIndex) -> list[str]:

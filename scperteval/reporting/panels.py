@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from scperteval.reporting.drawing import bottom_legend, panel_grid
+from scperteval.reporting.formatting import user_models
 
 __all__ = ["distribution_figure", "positive_figure", "MAX_SCATTER_PROTOCOLS"]
 
@@ -201,8 +202,7 @@ def positive_figure(result: Any) -> Figure | None:
     if results.empty:
         return None
     board = result.leaderboard
-    table = board.table
-    models = [str(m) for m in table.loc[table["kind"] == "model", "model"]]
+    models = user_models(board.table)
     protocols = _scatter_protocols(result)
     if not models or not protocols:
         return None

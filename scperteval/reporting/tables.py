@@ -217,9 +217,7 @@ def latex_table(board: Any) -> str:
     excluded = excluded_protocols(board)
     lines = ["% Requires \\usepackage{booktabs}", f"% {board.definition}"]
     lines += _latex_rows(board, list(board.headline.columns), set())
-    lines.append("\\end{tabular}")
-    lines.append(f"\\par\\footnotesize {latex_escape(board.definition)}.\\par")
-    lines.append("")
+    lines += ["\\end{tabular}", f"\\par\\footnotesize {latex_escape(board.definition)}.\\par", ""]
     columns = ["model", "kind", *board.protocols]
     lines += _latex_rows(board, columns, excluded)
     if excluded:

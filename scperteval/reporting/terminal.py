@@ -30,9 +30,7 @@ def terminal_lines(result: Any) -> list[str]:
     lines = frame.to_string(index=False).splitlines()
     lines.append(board.definition)
     lines += board.notes
-    for name, flags in board.flags.items():
-        for flag in flags:
-            lines.append(f"FLAG {name}: {flag}")
+    lines += [f"FLAG {name}: {flag}" for name, flags in board.flags.items() for flag in flags]
     if board.calibrated and board.verdicts:
         lines.append(trust_terms())
         for protocol, sentence in board.verdicts.items():
