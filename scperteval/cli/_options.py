@@ -193,6 +193,16 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def add_thresholds_option(parser: argparse.ArgumentParser, default: str | None = "") -> None:
+    """``--thresholds``: when a protocol is trusted (``None`` keeps the stored ones)."""
+    parser.add_argument(
+        "--thresholds",
+        default=default,
+        metavar="bds=0.75,drf=0.2,statistic=median",
+        help="when a protocol is trusted (defaults shown)",
+    )
+
+
 def parse_thresholds(text: str | None) -> Any:
     """``--thresholds`` as :class:`~scperteval.engine.calibrators.Thresholds` (``None`` kept)."""
     from scperteval.engine.calibrators import Thresholds
