@@ -9,6 +9,7 @@ from typing import Any
 from scperteval.cli._options import (
     add_engine_options,
     add_input_argument,
+    add_thresholds_option,
     cluster_client,
     engine_kwargs,
     input_data,
@@ -37,12 +38,7 @@ def add_parser(commands: Any) -> None:
         seed_help="seed of halves and samples",
         de_method_help="DE behind top-k spaces, DEG weights and DE protocols",
     )
-    parser.add_argument(
-        "--thresholds",
-        default="",
-        metavar="bds=0.75,drf=0.2,statistic=median",
-        help="when a protocol is trusted (defaults shown)",
-    )
+    add_thresholds_option(parser)
     parser.add_argument("--out", required=True, help="output folder")
     parser.set_defaults(handler=run)
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scperteval.cli._options import parse_subset
+from scperteval.cli._options import add_subset_option, parse_subset
 from scperteval.errors import DatasetError, SpecError
 
 FORMATS = ("csv", "parquet")
@@ -47,13 +47,7 @@ def add_parser(commands: Any) -> None:
         "(default: obsm X_pca if present, else pca(k=50))",
     )
     space.add_argument("--covariate-key", default=None, help="compare within each value")
-    space.add_argument(
-        "--subset",
-        action="append",
-        default=[],
-        metavar="COLUMN=VALUE",
-        help="keep cells whose obs COLUMN equals VALUE (repeatable; VALUE may be a,b,c)",
-    )
+    add_subset_option(space)
     test = parser.add_argument_group("permutation test (with --reference)")
     test.add_argument("--permutations", type=int, default=0, help="relabellings per group")
     test.add_argument("--seed", type=int, default=0, help="seed of the permutations")

@@ -35,13 +35,7 @@ def add_dataset_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--normalize", action="store_true", help="normalize_total(1e4) + log1p raw counts first"
     )
-    group.add_argument(
-        "--subset",
-        action="append",
-        default=[],
-        metavar="COLUMN=VALUE",
-        help="keep cells whose obs COLUMN equals VALUE (repeatable; VALUE may be a,b,c)",
-    )
+    add_subset_option(group)
     reading = group.add_mutually_exclusive_group()
     reading.add_argument(
         "--backed",
@@ -60,6 +54,17 @@ def add_dataset_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="cells read at a time from a backed file (default 50000)",
+    )
+
+
+def add_subset_option(group: Any) -> None:
+    """``--subset COLUMN=VALUE`` (read by :func:`parse_subset`)."""
+    group.add_argument(
+        "--subset",
+        action="append",
+        default=[],
+        metavar="COLUMN=VALUE",
+        help="keep cells whose obs COLUMN equals VALUE (repeatable; VALUE may be a,b,c)",
     )
 
 
@@ -191,6 +196,16 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             ) from None
         options["max_population_cells"] = cap
     return options
+
+
+def add_thresholds_option(parser: argparse.ArgumentParser, default: str | None = "") -> None:
+    """``--thresholds``: when a protocol is trusted (``None`` keeps the stored ones)."""
+    parser.add_argument(
+        "--thresholds",
+        default=default,
+        metavar="bds=0.75,drf=0.2,statistic=median",
+        help="when a protocol is trusted (defaults shown)",
+    )
 
 
 def parse_thresholds(text: str | None) -> Any:

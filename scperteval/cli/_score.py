@@ -8,6 +8,7 @@ from typing import Any
 
 from scperteval.cli._options import (
     add_engine_options,
+    add_thresholds_option,
     cluster_client,
     engine_kwargs,
     parse_thresholds,
@@ -91,11 +92,7 @@ def add_parser(commands: Any) -> None:
 
 
 def _add_report_options(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
-    parser.add_argument(
-        "--thresholds",
-        default="" if defaults else None,
-        metavar="bds=0.75,drf=0.2,statistic=median",
-    )
+    add_thresholds_option(parser, default="" if defaults else None)
     parser.add_argument(
         "--aggregate", choices=["mean", "median"], default="median" if defaults else None
     )

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from scperteval.data.dataset import Dataset
+from scperteval.data.dataset import ALL_COVARIATES, Dataset
 from scperteval.data.labels import listing
 from scperteval.engine.sources import SourceData
 from scperteval.errors import DatasetError, ScpertevalWarning, SpecError
@@ -299,12 +299,7 @@ def load_predictions(
             name, table, dataset, layout, allow_missing, delta=name in deltas, control=control
         )
         controls = controls if controls is not None else control_totals(dataset, layout)
-        covariates = (
-            np.full(len(table.labels), layout.covariates[0], dtype=object)
-            if table.covariates is None
-            else np.asarray(table.covariates, dtype=object)
-        )
-        check_totals(model, covariates, controls, model.notes)
+        check_totals(model, _row_covariates(table), controls, model.notes)
         for note in model.notes:
             warnings.warn(note, ScpertevalWarning, stacklevel=2)
         models.append(model)
@@ -328,6 +323,13 @@ def _truth_columns(matrix: Any, columns: np.ndarray) -> Any:
     return dense[:, columns]
 
 
+def _row_covariates(table: PredictionTable) -> np.ndarray:
+    """Each row's covariate; a prediction without them (the truth has none) is all ``"all"``."""
+    if table.covariates is None:
+        return np.full(len(table.labels), ALL_COVARIATES, dtype=object)
+    return np.asarray(table.covariates, dtype=object)
+
+
 def _align(
     name: str,
     table: PredictionTable,
@@ -343,11 +345,7 @@ def _align(
     matrix = _truth_columns(table.matrix, columns)
     check_scale(where, matrix)
     labels = np.asarray(table.labels, dtype=object)
-    covariates = (
-        np.full(labels.shape[0], "all", dtype=object)
-        if table.covariates is None
-        else np.asarray(table.covariates, dtype=object)
-    )
+    covariates = _row_covariates(table)
     index: dict[tuple[str, str], list[int]] = {}
     for row, pair in enumerate(zip(covariates.tolist(), labels.tolist(), strict=True)):
         index.setdefault(pair, []).append(row)
