@@ -155,14 +155,32 @@ def _compared(
         yield covariate_key, cells, by_label, measure, labels
 
 
-def _reference_table(
-    rows: list[dict[str, Any]],
-    keys: list[Any],
-    columns: list[str],
-    covariate_key: str | None,
+def against_reference(
+    distance: Distance,
+    data: Any,
     groupby: str,
+    reference: str,
+    groups: Sequence[str] | None,
+    reading: tuple[Any, ...],
+    n_jobs: int | None,
+    rows_of: Any,
+    columns: list[str],
 ) -> pd.DataFrame:
-    """The rows of every group tested against a reference, indexed like :func:`onesided`."""
+    """One row per group tested against ``reference``, indexed like :func:`onesided`.
+
+    ``rows_of(covariate, by_label, measure, labels)`` gives the rows (dicts over
+    ``columns``) of ``labels``, the groups of one covariate value other than the
+    reference; the other arguments are those of :func:`_compared`.
+    """
+    rows: list[dict[str, Any]] = []
+    keys: list[Any] = []
+    covariate_key = reading[3]
+    for covariate_key, cells, by_label, measure, labels in _compared(
+        distance, data, groupby, groups, reading, n_jobs, reference
+    ):
+        others = [label for label in labels if label != reference]
+        rows.extend(rows_of(cells.covariate, by_label, measure, others))
+        keys.extend(o if covariate_key is None else (cells.covariate, o) for o in others)
     table = pd.DataFrame(rows, columns=columns)
     if covariate_key is None:
         table.index = pd.Index(keys, name=groupby)

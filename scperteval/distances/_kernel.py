@@ -17,8 +17,7 @@ from abc import abstractmethod
 
 import numpy as np
 
-from scperteval.distances._base import DISTANCES, Distance, Group
-from scperteval.errors import DatasetError
+from scperteval.distances._base import DISTANCES, Distance, Group, check_size
 from scperteval.kernels.pairs import SQRT, PairTransform, pair_sums
 from scperteval.kernels.threads import Threads
 from scperteval.metrics.population import (
@@ -33,7 +32,6 @@ __all__ = [
     "MeanPairwise",
     "PairKernelDistance",
     "Wasserstein",
-    "check_size",
     "squared_distances",
 ]
 
@@ -152,16 +150,6 @@ class PairKernelDistance(Distance):
         within_x, diag_x = self._within(x)
         within_y, diag_y = self._within(y)
         return self.combine(cross, within_x, within_y, diag_x, diag_y, x.n, y.n)
-
-
-def check_size(distance: Distance, *groups: Group) -> None:
-    """Raise :class:`~scperteval.errors.DatasetError` for a group below ``distance.min_cells``."""
-    for group in groups:
-        if group.n < distance.min_cells:
-            raise DatasetError(
-                f"{distance.name} needs at least {distance.min_cells} cell(s) per group; "
-                f"a group has {group.n}"
-            )
 
 
 # Bytes of one tile of the batched cross sums.

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from scperteval.distances._base import DISTANCES, Distance, Group
-from scperteval.distances._kernel import PairKernelDistance, check_size, squared_distances
+from scperteval.distances._base import DISTANCES, Distance, Group, check_size
+from scperteval.distances._kernel import PairKernelDistance, squared_distances
 from scperteval.kernels.median import median_distance
 from scperteval.kernels.pairs import rbf_transform
 

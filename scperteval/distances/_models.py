@@ -17,7 +17,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import gammaln
 
-from scperteval.distances._base import DISTANCES, Distance, Group
+from scperteval.distances._base import DISTANCES, Distance, Group, check_size
 from scperteval.errors import DatasetError
 
 __all__ = ["ClassifierProjection", "ClassifierProbability", "NegativeBinomialLikelihood"]
@@ -204,8 +204,7 @@ class NegativeBinomialLikelihood(Distance):
 
     def between(self, x: Group, y: Group) -> float:
         """``-mean_g mean_j log NB(y_jg; mu_g, alpha_g)`` with the fits of ``x``."""
-        if x.n == 0 or y.n == 0:
-            raise DatasetError("nb_ll needs at least one cell per group")
+        check_size(self, x, y)
         self._fits(y)  # the same count check on y
         scores = [
             float(_nb_log_likelihood(y.cells[:, g], mu, alpha).mean())

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from scperteval.distances._base import DISTANCES, Distance, Group
+from scperteval.distances._base import DISTANCES, Distance, Group, check_size
 from scperteval.errors import DatasetError
 
 __all__ = ["KSTest", "MeanVarDistribution", "SymmetricKL", "TTest"]
@@ -40,8 +40,7 @@ class TTest(Distance):
 
     def between(self, x: Group, y: Group) -> float:
         """``mean_g |mx - my| / sqrt((vx + eps) / n + (vy + eps) / m)``."""
-        if x.n < 2 or y.n < 2:
-            raise DatasetError("t_test needs at least 2 cells per group")
+        check_size(self, x, y)
         spread = (x.variance(1) + self.epsilon) / x.n + (y.variance(1) + self.epsilon) / y.n
         with np.errstate(divide="ignore", invalid="ignore"):
             statistic = np.abs(x.mean - y.mean) / np.sqrt(spread)
@@ -61,8 +60,7 @@ class SymmetricKL(Distance):
 
     def between(self, x: Group, y: Group) -> float:
         """``KL(N_x || N_y) + KL(N_y || N_x)`` per feature, averaged; ``s = std + eps``."""
-        if x.n == 0 or y.n == 0:
-            raise DatasetError("sym_kldiv needs at least one cell per group")
+        check_size(self, x, y)
         sx = np.sqrt(x.variance(0)) + self.epsilon
         sy = np.sqrt(y.variance(0)) + self.epsilon
         gap2 = (x.mean - y.mean) ** 2
@@ -88,8 +86,7 @@ class KSTest(Distance):
 
     def between(self, x: Group, y: Group) -> float:
         """``mean_g sup_t |F_x(t) - F_y(t)|`` with the empirical distribution functions."""
-        if x.n == 0 or y.n == 0:
-            raise DatasetError("ks_test needs at least one cell per group")
+        check_size(self, x, y)
         sx, sy = self._sorted(x), self._sorted(y)
         total = 0.0
         for feature in range(sx.shape[1]):
