@@ -342,26 +342,17 @@ def _reading(
     A Dataset's own ``layer``, ``covariate_key``, ``subset`` and ``normalize`` are
     used; another value given for one of them is refused.
     """
-    given: dict[str, Any] = {
-        "layer": layer,
-        "covariate_key": covariate_key,
-        "subset": subset,
-        "normalize": normalize or None,
-    }
+    names = ("layer", "covariate_key", "subset", "normalize")
+    given = dict(zip(names, (layer, covariate_key, subset, normalize or None), strict=True))
     if isinstance(data, Dataset):
-        own = {
-            "layer": data.layer,
-            "covariate_key": data.covariate_key,
-            "subset": data.subset or None,
-            "normalize": data.normalize or None,
-        }
-        for name, value in given.items():
-            if value is not None and value != own[name]:
+        own = (data.layer, data.covariate_key, data.subset or None, data.normalize or None)
+        for (name, value), mine in zip(given.items(), own, strict=True):
+            if value is not None and value != mine:
                 raise SpecError(
-                    f"{name}={value!r} differs from the Dataset's {own[name]!r}; "
+                    f"{name}={value!r} differs from the Dataset's {mine!r}; "
                     "give the Dataset's reading options when opening it"
                 )
-        given = own
+        given = dict(zip(names, own, strict=True))
     options = {"obsm_key": obsm_key, "space": space, **given, "normalize": bool(given["normalize"])}
     return distance_input(data, backed), options
 

@@ -170,18 +170,22 @@ def bootstrap(
     ) -> Iterator[dict[str, Any]]:
         ref = by_label[reference]
         ref_draws = bootstrap_draws(seed, covariate, reference, ref.n, n_bootstrap)
-        kernel = measure if isinstance(measure, PairKernelDistance) else None
-        shared = None
-        if kernel is not None and 8 * ref.n**2 <= max_matrix_bytes:
+        fits = 8 * ref.n**2 <= max_matrix_bytes
+        kernel = measure if isinstance(measure, PairKernelDistance) and fits else None
+        if kernel is not None:
             ref_cells = kernel.cells_of(ref)
             ref_counts = _multiplicities(ref_draws, ref.n)
-            shared = (ref_cells, ref_counts, _within(kernel, ref_cells, ref_counts))
-        tasks = [
-            (measure, kernel, shared, by_label[label], ref, ref_draws, max_matrix_bytes)
-            for label in labels
-        ]
-        seeds = [bootstrap_draws(seed, covariate, g, by_label[g].n, n_bootstrap) for g in labels]
-        replicates = _run(list(zip(tasks, seeds, strict=True)), _replicates, n_jobs)
+            ref_within = _within(kernel, ref_cells, ref_counts)
+
+        def one(label: str) -> np.ndarray:
+            x = by_label[label]
+            draws = bootstrap_draws(seed, covariate, label, x.n, n_bootstrap)
+            if kernel is not None and 8 * x.n * max(x.n, ref.n) <= max_matrix_bytes:
+                counts = _multiplicities(draws, x.n)
+                return _kernel_replicates(kernel, x, counts, ref_cells, ref_counts, ref_within)
+            return _slow_replicates(measure, x, ref, draws, ref_draws)
+
+        replicates = _run(labels, one, n_jobs)
         for label, values in zip(labels, replicates, strict=True):
             yield {
                 "distance": measure.between(by_label[label], ref),
@@ -199,15 +203,6 @@ def bootstrap(
         {"metric": distance.name, "reference": reference, "n_bootstrap": int(n_bootstrap)}
     )
     return table
-
-
-def _replicates(task: tuple[Any, np.ndarray]) -> np.ndarray:
-    (measure, kernel, shared, x, ref, ref_draws, max_bytes), draws = task
-    if kernel is not None and shared is not None and 8 * x.n * max(x.n, ref.n) <= max_bytes:
-        ref_cells, ref_counts, ref_within = shared
-        counts = _multiplicities(draws, x.n)
-        return _kernel_replicates(kernel, x, counts, ref_cells, ref_counts, ref_within)
-    return _slow_replicates(measure, x, ref, draws, ref_draws)
 
 
 def _slow_replicates(

@@ -187,10 +187,9 @@ def _kernel_null(
     other = sums.total - 2.0 * row_part + block
     other_diag = sums.diagonal_total - diag_part
     # combine() is plain arithmetic, so it evaluates every permutation at once.
-    if small_is_x:
-        combined = measure.combine(cross, block, other, diag_part, other_diag, n, m)  # type: ignore[arg-type]
-    else:
-        combined = measure.combine(cross, other, block, other_diag, diag_part, n, m)  # type: ignore[arg-type]
+    small, large = (block, diag_part), (other, other_diag)
+    (within_x, diag_x), (within_y, diag_y) = (small, large) if small_is_x else (large, small)
+    combined = measure.combine(cross, within_x, within_y, diag_x, diag_y, n, m)  # type: ignore[arg-type]
     values = np.asarray(combined, dtype=np.float64)
     return float(values[0]), values[1:]
 
