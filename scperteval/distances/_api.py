@@ -155,14 +155,32 @@ def _compared(
         yield covariate_key, cells, by_label, measure, labels
 
 
-def _reference_table(
-    rows: list[dict[str, Any]],
-    keys: list[Any],
-    columns: list[str],
-    covariate_key: str | None,
+def against_reference(
+    distance: Distance,
+    data: Any,
     groupby: str,
+    reference: str,
+    groups: Sequence[str] | None,
+    reading: tuple[Any, ...],
+    n_jobs: int | None,
+    rows_of: Any,
+    columns: list[str],
 ) -> pd.DataFrame:
-    """The rows of every group tested against a reference, indexed like :func:`onesided`."""
+    """One row per group tested against ``reference``, indexed like :func:`onesided`.
+
+    ``rows_of(covariate, by_label, measure, labels)`` gives the rows (dicts over
+    ``columns``) of ``labels``, the groups of one covariate value other than the
+    reference; the other arguments are those of :func:`_compared`.
+    """
+    rows: list[dict[str, Any]] = []
+    keys: list[Any] = []
+    covariate_key = reading[3]
+    for covariate_key, cells, by_label, measure, labels in _compared(
+        distance, data, groupby, groups, reading, n_jobs, reference
+    ):
+        others = [label for label in labels if label != reference]
+        rows.extend(rows_of(cells.covariate, by_label, measure, others))
+        keys.extend(o if covariate_key is None else (cells.covariate, o) for o in others)
     table = pd.DataFrame(rows, columns=columns)
     if covariate_key is None:
         table.index = pd.Index(keys, name=groupby)
@@ -324,26 +342,17 @@ def _reading(
     A Dataset's own ``layer``, ``covariate_key``, ``subset`` and ``normalize`` are
     used; another value given for one of them is refused.
     """
-    given: dict[str, Any] = {
-        "layer": layer,
-        "covariate_key": covariate_key,
-        "subset": subset,
-        "normalize": normalize or None,
-    }
+    names = ("layer", "covariate_key", "subset", "normalize")
+    given = dict(zip(names, (layer, covariate_key, subset, normalize or None), strict=True))
     if isinstance(data, Dataset):
-        own = {
-            "layer": data.layer,
-            "covariate_key": data.covariate_key,
-            "subset": data.subset or None,
-            "normalize": data.normalize or None,
-        }
-        for name, value in given.items():
-            if value is not None and value != own[name]:
+        own = (data.layer, data.covariate_key, data.subset or None, data.normalize or None)
+        for (name, value), mine in zip(given.items(), own, strict=True):
+            if value is not None and value != mine:
                 raise SpecError(
-                    f"{name}={value!r} differs from the Dataset's {own[name]!r}; "
+                    f"{name}={value!r} differs from the Dataset's {mine!r}; "
                     "give the Dataset's reading options when opening it"
                 )
-        given = own
+        given = dict(zip(names, own, strict=True))
     options = {"obsm_key": obsm_key, "space": space, **given, "normalize": bool(given["normalize"])}
     return distance_input(data, backed), options
 

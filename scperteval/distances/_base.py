@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from scperteval.errors import SpecError
+from scperteval.errors import DatasetError, SpecError
 from scperteval.kernels.threads import Threads
 from scperteval.registry import Registry
 
-__all__ = ["DISTANCES", "Distance", "Group", "resolve_distance"]
+__all__ = ["DISTANCES", "Distance", "Group", "check_size", "resolve_distance"]
 
 #: Every distance, registered under pertpy's metric name where pertpy has one.
 DISTANCES = Registry("distance")
@@ -119,6 +119,16 @@ class Distance(ABC):
         self.prepare(gx)
         self.prepare(gy)
         return self.between(gx, gy)
+
+
+def check_size(distance: Distance, *groups: Group) -> None:
+    """Raise :class:`~scperteval.errors.DatasetError` for a group below ``distance.min_cells``."""
+    for group in groups:
+        if group.n < distance.min_cells:
+            raise DatasetError(
+                f"{distance.name} needs at least {distance.min_cells} cell(s) per group; "
+                f"a group has {group.n}"
+            )
 
 
 def resolve_distance(metric: Any) -> Distance:

@@ -16,14 +16,14 @@ Other distances are recomputed on each resample.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from scperteval.data.halves import derive_seed
-from scperteval.distances._api import _compared, _pairwise_only, _reference_table, _run
+from scperteval.distances._api import _pairwise_only, _run, against_reference
 from scperteval.distances._base import Distance, Group, resolve_distance
 from scperteval.distances._kernel import PairKernelDistance
 from scperteval.distances._mmd import MMD
@@ -164,54 +164,45 @@ def bootstrap(
     reference = str(reference)
     reading = (obsm_key, layer, space, covariate_key, subset, normalize, backed)
     tail = (1.0 - float(confidence)) / 2.0
-    rows: list[dict[str, Any]] = []
-    keys: list[Any] = []
-    for covariate_key, cells, by_label, measure, labels in _compared(
-        distance, adata, groupby, groups, reading, n_jobs, reference
-    ):
-        labels = [g for g in labels if g != reference]
+
+    def rows_of(
+        covariate: str, by_label: dict[str, Group], measure: Distance, labels: list[str]
+    ) -> Iterator[dict[str, Any]]:
         ref = by_label[reference]
-        ref_draws = bootstrap_draws(seed, cells.covariate, reference, ref.n, n_bootstrap)
-        kernel = measure if isinstance(measure, PairKernelDistance) else None
-        shared = None
-        if kernel is not None and 8 * ref.n**2 <= max_matrix_bytes:
+        ref_draws = bootstrap_draws(seed, covariate, reference, ref.n, n_bootstrap)
+        fits = 8 * ref.n**2 <= max_matrix_bytes
+        kernel = measure if isinstance(measure, PairKernelDistance) and fits else None
+        if kernel is not None:
             ref_cells = kernel.cells_of(ref)
             ref_counts = _multiplicities(ref_draws, ref.n)
-            shared = (ref_cells, ref_counts, _within(kernel, ref_cells, ref_counts))
-        tasks = [
-            (measure, kernel, shared, by_label[label], ref, ref_draws, max_matrix_bytes)
-            for label in labels
-        ]
-        seeds = [
-            bootstrap_draws(seed, cells.covariate, g, by_label[g].n, n_bootstrap) for g in labels
-        ]
-        replicates = _run(list(zip(tasks, seeds, strict=True)), _replicates, n_jobs)
+            ref_within = _within(kernel, ref_cells, ref_counts)
+
+        def one(label: str) -> np.ndarray:
+            x = by_label[label]
+            draws = bootstrap_draws(seed, covariate, label, x.n, n_bootstrap)
+            if kernel is not None and 8 * x.n * max(x.n, ref.n) <= max_matrix_bytes:
+                counts = _multiplicities(draws, x.n)
+                return _kernel_replicates(kernel, x, counts, ref_cells, ref_counts, ref_within)
+            return _slow_replicates(measure, x, ref, draws, ref_draws)
+
+        replicates = _run(labels, one, n_jobs)
         for label, values in zip(labels, replicates, strict=True):
-            rows.append(
-                {
-                    "distance": measure.between(by_label[label], ref),
-                    "mean": float(values.mean()),
-                    "std": float(values.std(ddof=1)),
-                    "low": float(np.quantile(values, tail)),
-                    "high": float(np.quantile(values, 1.0 - tail)),
-                }
-            )
-            keys.append(label if covariate_key is None else (cells.covariate, label))
+            yield {
+                "distance": measure.between(by_label[label], ref),
+                "mean": float(values.mean()),
+                "std": float(values.std(ddof=1)),
+                "low": float(np.quantile(values, tail)),
+                "high": float(np.quantile(values, 1.0 - tail)),
+            }
+
     columns = ["distance", "mean", "std", "low", "high"]
-    table = _reference_table(rows, keys, columns, covariate_key, groupby)
+    table = against_reference(
+        distance, adata, groupby, reference, groups, reading, n_jobs, rows_of, columns
+    )
     table.attrs.update(
         {"metric": distance.name, "reference": reference, "n_bootstrap": int(n_bootstrap)}
     )
     return table
-
-
-def _replicates(task: tuple[Any, np.ndarray]) -> np.ndarray:
-    (measure, kernel, shared, x, ref, ref_draws, max_bytes), draws = task
-    if kernel is not None and shared is not None and 8 * x.n * max(x.n, ref.n) <= max_bytes:
-        ref_cells, ref_counts, ref_within = shared
-        counts = _multiplicities(draws, x.n)
-        return _kernel_replicates(kernel, x, counts, ref_cells, ref_counts, ref_within)
-    return _slow_replicates(measure, x, ref, draws, ref_draws)
 
 
 def _slow_replicates(

@@ -58,10 +58,14 @@ class GroupedCells:
         return {label: int(self.cells[label].shape[0]) for label in self.groups}
 
 
+def _require(key: str, present: Any, message: str) -> None:
+    """Raise ``message`` (with the closest name of ``present``) unless ``key`` is in it."""
+    if key not in present:
+        raise DatasetError(message + did_you_mean(key, [str(name) for name in present]))
+
+
 def _column(adata: Any, key: str, what: str) -> pd.Series:
-    if key not in adata.obs.columns:
-        hint = did_you_mean(key, [str(c) for c in adata.obs.columns])
-        raise DatasetError(f"{what} column {key!r} is not in obs{hint}")
+    _require(key, adata.obs.columns, f"{what} column {key!r} is not in obs")
     return adata.obs[key].astype(str)
 
 
@@ -80,16 +84,12 @@ def _selected(adata: Any, subset: Mapping[str, Any] | None) -> np.ndarray:
 def _matrix(adata: Any, layer: str | None) -> Any:
     if layer is None:
         return adata.X
-    if layer not in adata.layers:
-        hint = did_you_mean(layer, list(adata.layers.keys()))
-        raise DatasetError(f"layer {layer!r} is not in the AnnData{hint}")
+    _require(layer, list(adata.layers.keys()), f"layer {layer!r} is not in the AnnData")
     return adata.layers[layer]
 
 
 def _embedding(adata: Any, obsm_key: str) -> np.ndarray:
-    if obsm_key not in adata.obsm:
-        hint = did_you_mean(obsm_key, list(adata.obsm.keys()))
-        raise DatasetError(f"embedding {obsm_key!r} is not in obsm{hint}")
+    _require(obsm_key, list(adata.obsm.keys()), f"embedding {obsm_key!r} is not in obsm")
     values = adata.obsm[obsm_key]
     values = values.to_numpy() if isinstance(values, pd.DataFrame) else values
     if sp.issparse(values):

@@ -17,8 +17,7 @@ from abc import abstractmethod
 
 import numpy as np
 
-from scperteval.distances._base import DISTANCES, Distance, Group
-from scperteval.errors import DatasetError
+from scperteval.distances._base import DISTANCES, Distance, Group, check_size
 from scperteval.kernels.pairs import SQRT, PairTransform, pair_sums
 from scperteval.kernels.threads import Threads
 from scperteval.metrics.population import (
@@ -33,7 +32,6 @@ __all__ = [
     "MeanPairwise",
     "PairKernelDistance",
     "Wasserstein",
-    "check_size",
     "squared_distances",
 ]
 
@@ -154,16 +152,6 @@ class PairKernelDistance(Distance):
         return self.combine(cross, within_x, within_y, diag_x, diag_y, x.n, y.n)
 
 
-def check_size(distance: Distance, *groups: Group) -> None:
-    """Raise :class:`~scperteval.errors.DatasetError` for a group below ``distance.min_cells``."""
-    for group in groups:
-        if group.n < distance.min_cells:
-            raise DatasetError(
-                f"{distance.name} needs at least {distance.min_cells} cell(s) per group; "
-                f"a group has {group.n}"
-            )
-
-
 # Bytes of one tile of the batched cross sums.
 _TILE_BYTES = 16 * 2**20
 
@@ -247,6 +235,9 @@ class EnergyDistance(PairKernelDistance):
         return energy_distance_from_sums(cross, within_x, within_y, n, m, unbiased=self.unbiased)
 
 
+@DISTANCES.register(
+    "mean_pairwise", description="mean Euclidean distance between the groups' cells"
+)
 class MeanPairwise(EnergyDistance):
     """Mean Euclidean distance over all pairs of cells of the two groups."""
 
@@ -275,13 +266,23 @@ class MeanPairwise(EnergyDistance):
         return cross / (n * m)
 
 
+@DISTANCES.register("wasserstein", description="debiased Sinkhorn estimate of W2 (sqrt(2 S_eps))")
 class Wasserstein(Distance):
-    """Debiased Sinkhorn estimate of the 2-Wasserstein distance (see :func:`sinkhorn`)."""
+    """Debiased Sinkhorn estimate of the 2-Wasserstein distance (see :func:`sinkhorn`).
+
+    Parameters
+    ----------
+    blur, scaling
+        Entropic blur and the annealing factor of :func:`sinkhorn`.
+    tol, max_iter
+        The stopping rule of :func:`sinkhorn`.
+
+    """
 
     def __init__(
         self,
-        blur: float,
-        scaling: float,
+        blur: float = 0.05,
+        scaling: float = 0.9,
         tol: float | None = None,
         max_iter: int = DEFAULT_MAX_ITER,
     ) -> None:
@@ -319,23 +320,3 @@ def edistance(*, cell_wise_metric: str = "euclidean", unbiased: bool = False) ->
 def energy_distance(*, cell_wise_metric: str = "euclidean", unbiased: bool = True) -> Distance:
     """Energy distance with U-statistic within terms."""
     return EnergyDistance("energy_distance", unbiased=unbiased, cell_wise_metric=cell_wise_metric)
-
-
-@DISTANCES.register(
-    "mean_pairwise", description="mean Euclidean distance between the groups' cells"
-)
-def mean_pairwise() -> Distance:
-    """Mean pairwise distance."""
-    return MeanPairwise()
-
-
-@DISTANCES.register("wasserstein", description="debiased Sinkhorn estimate of W2 (sqrt(2 S_eps))")
-def wasserstein(
-    *,
-    blur: float = 0.05,
-    scaling: float = 0.9,
-    tol: float | None = None,
-    max_iter: int = DEFAULT_MAX_ITER,
-) -> Distance:
-    """Debiased Sinkhorn distance (``tol``, ``max_iter``: the stopping rule of :func:`sinkhorn`)."""
-    return Wasserstein(blur=blur, scaling=scaling, tol=tol, max_iter=max_iter)

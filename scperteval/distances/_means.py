@@ -12,7 +12,7 @@ from types import MappingProxyType
 import numpy as np
 from scipy.stats import kendalltau, rankdata
 
-from scperteval.distances._base import DISTANCES, Distance, Group
+from scperteval.distances._base import DISTANCES, Distance, Group, check_size
 from scperteval.errors import DatasetError
 
 __all__ = ["MeanDistance", "Mahalanobis"]
@@ -94,8 +94,7 @@ class MeanDistance(Distance):
 
     def between(self, x: Group, y: Group) -> float:
         """``f(mean(x), mean(y))``."""
-        if x.n == 0 or y.n == 0:
-            raise DatasetError(f"{self.name} needs at least one cell per group")
+        check_size(self, x, y)
         return float(self.function(x.mean, y.mean))  # type: ignore[operator]
 
 
@@ -137,8 +136,7 @@ class Mahalanobis(Distance):
 
     def between(self, x: Group, y: Group) -> float:
         """The distance; the covariance must be invertible."""
-        if x.n < 2 or y.n < 2:
-            raise DatasetError("mahalanobis needs at least 2 cells per group")
+        check_size(self, x, y)
         if self.covariance == "pooled":
             matrix = (self._scatter(x) + self._scatter(y)) / (x.n + y.n - 2)
         elif self.covariance == "first":

@@ -13,10 +13,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from scperteval.distances._base import DISTANCES, Distance, Group
-from scperteval.distances._kernel import PairKernelDistance, check_size, squared_distances
+from scperteval.distances._base import DISTANCES, Distance, Group, check_size
+from scperteval.distances._kernel import PairKernelDistance, squared_distances
 from scperteval.kernels.median import median_distance
 from scperteval.kernels.pairs import rbf_transform
+from scperteval.metrics.population import mmd_from_sums
 
 __all__ = ["MEDIAN_CELLS", "MMD"]
 
@@ -188,11 +189,7 @@ class MMD(PairKernelDistance):
     ) -> float:
         """``S_xx / n_x + S_yy / n_y - 2 S_xy / (n m)`` with U or V forms."""
         if self.unbiased:
-            return (
-                (within_x - diag_x) / (n * (n - 1))
-                + (within_y - diag_y) / (m * (m - 1))
-                - 2.0 * cross / (n * m)
-            )
+            return mmd_from_sums(cross, within_x - diag_x, within_y - diag_y, n, m)
         return within_x / (n * n) + within_y / (m * m) - 2.0 * cross / (n * m)
 
 

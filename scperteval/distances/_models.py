@@ -17,7 +17,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import gammaln
 
-from scperteval.distances._base import DISTANCES, Distance, Group
+from scperteval.distances._base import DISTANCES, Distance, Group, check_size
 from scperteval.errors import DatasetError
 
 __all__ = ["ClassifierProjection", "ClassifierProbability", "NegativeBinomialLikelihood"]
@@ -90,6 +90,9 @@ class ClassifierProbability(Distance):
         return float(model.predict_proba(split.cells[test])[:, 1].mean())
 
 
+@DISTANCES.register(
+    "classifier_cp", description="1 - mean class probability of the reference (one-sided)"
+)
 class ClassifierProjection(Distance):
     """One minus the mean probability the reference's cells get of each group's class.
 
@@ -105,7 +108,7 @@ class ClassifierProjection(Distance):
 
     """
 
-    def __init__(self, max_iter: int) -> None:
+    def __init__(self, max_iter: int = 100) -> None:
         self.name = "classifier_cp"
         self.max_iter = int(max_iter)
         self.symmetric = False
@@ -174,6 +177,7 @@ def fit_negative_binomial(counts: np.ndarray) -> tuple[float, float]:
     return mu, math.exp(float(found.x))
 
 
+@DISTANCES.register("nb_ll", description="minus the NB log-likelihood of one group's counts")
 class NegativeBinomialLikelihood(Distance):
     """Minus the mean log-likelihood of ``y``'s counts under NBs fitted to ``x``'s, per feature.
 
@@ -204,8 +208,7 @@ class NegativeBinomialLikelihood(Distance):
 
     def between(self, x: Group, y: Group) -> float:
         """``-mean_g mean_j log NB(y_jg; mu_g, alpha_g)`` with the fits of ``x``."""
-        if x.n == 0 or y.n == 0:
-            raise DatasetError("nb_ll needs at least one cell per group")
+        check_size(self, x, y)
         self._fits(y)  # the same count check on y
         scores = [
             float(_nb_log_likelihood(y.cells[:, g], mu, alpha).mean())
@@ -225,17 +228,3 @@ def classifier_proba(
 ) -> Distance:
     """Classifier probability; ``pertpy=True`` holds out from the second group as pertpy does."""
     return ClassifierProbability(test_fraction, seed, hold_out_second=pertpy, max_iter=max_iter)
-
-
-@DISTANCES.register(
-    "classifier_cp", description="1 - mean class probability of the reference (one-sided)"
-)
-def classifier_cp(*, max_iter: int = 100) -> Distance:
-    """Classifier class projection."""
-    return ClassifierProjection(max_iter)
-
-
-@DISTANCES.register("nb_ll", description="minus the NB log-likelihood of one group's counts")
-def nb_ll() -> Distance:
-    """Negative binomial log-likelihood distance."""
-    return NegativeBinomialLikelihood()

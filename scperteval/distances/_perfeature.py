@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from scperteval.distances._base import DISTANCES, Distance, Group
+from scperteval.distances._base import DISTANCES, Distance, Group, check_size
 from scperteval.errors import DatasetError
 
 __all__ = ["KSTest", "MeanVarDistribution", "SymmetricKL", "TTest"]
@@ -25,10 +25,11 @@ def _check_epsilon(epsilon: float) -> float:
     return value
 
 
+@DISTANCES.register("t_test", description="mean |Welch t| over features")
 class TTest(Distance):
     """Mean over features of ``|t|``, Welch's statistic with ``epsilon`` added to variances."""
 
-    def __init__(self, epsilon: float) -> None:
+    def __init__(self, epsilon: float = 1e-8) -> None:
         self.name = "t_test"
         self.epsilon = _check_epsilon(epsilon)
         self.min_cells = 2
@@ -40,18 +41,18 @@ class TTest(Distance):
 
     def between(self, x: Group, y: Group) -> float:
         """``mean_g |mx - my| / sqrt((vx + eps) / n + (vy + eps) / m)``."""
-        if x.n < 2 or y.n < 2:
-            raise DatasetError("t_test needs at least 2 cells per group")
+        check_size(self, x, y)
         spread = (x.variance(1) + self.epsilon) / x.n + (y.variance(1) + self.epsilon) / y.n
         with np.errstate(divide="ignore", invalid="ignore"):
             statistic = np.abs(x.mean - y.mean) / np.sqrt(spread)
         return float(statistic.mean())
 
 
+@DISTANCES.register("sym_kldiv", description="mean symmetrised Gaussian KL divergence per feature")
 class SymmetricKL(Distance):
     """Mean over features of the symmetrised KL divergence of per-feature Gaussians."""
 
-    def __init__(self, epsilon: float) -> None:
+    def __init__(self, epsilon: float = 1e-8) -> None:
         self.name = "sym_kldiv"
         self.epsilon = _check_epsilon(epsilon)
 
@@ -61,8 +62,7 @@ class SymmetricKL(Distance):
 
     def between(self, x: Group, y: Group) -> float:
         """``KL(N_x || N_y) + KL(N_y || N_x)`` per feature, averaged; ``s = std + eps``."""
-        if x.n == 0 or y.n == 0:
-            raise DatasetError("sym_kldiv needs at least one cell per group")
+        check_size(self, x, y)
         sx = np.sqrt(x.variance(0)) + self.epsilon
         sy = np.sqrt(y.variance(0)) + self.epsilon
         gap2 = (x.mean - y.mean) ** 2
@@ -72,6 +72,7 @@ class SymmetricKL(Distance):
         return float((forward + backward).mean())
 
 
+@DISTANCES.register("ks_test", description="mean two-sample Kolmogorov-Smirnov statistic")
 class KSTest(Distance):
     """Mean over features of the two-sample Kolmogorov-Smirnov statistic."""
 
@@ -88,8 +89,7 @@ class KSTest(Distance):
 
     def between(self, x: Group, y: Group) -> float:
         """``mean_g sup_t |F_x(t) - F_y(t)|`` with the empirical distribution functions."""
-        if x.n == 0 or y.n == 0:
-            raise DatasetError("ks_test needs at least one cell per group")
+        check_size(self, x, y)
         sx, sy = self._sorted(x), self._sorted(y)
         total = 0.0
         for feature in range(sx.shape[1]):
@@ -101,6 +101,10 @@ class KSTest(Distance):
         return total / sx.shape[1]
 
 
+@DISTANCES.register(
+    "mean_var_distribution",
+    description="mean squared difference of (log mean, log var) densities of the features",
+)
 class MeanVarDistribution(Distance):
     """Mean squared difference of the two densities of ``(log mean, log variance)`` per feature.
 
@@ -120,7 +124,7 @@ class MeanVarDistribution(Distance):
 
     """
 
-    def __init__(self, n_points: int) -> None:
+    def __init__(self, n_points: int = 100) -> None:
         if int(n_points) < 3:
             raise ValueError(f"n_points must be at least 3, got {n_points!r}")
         self.name = "mean_var_distribution"
@@ -172,30 +176,3 @@ class MeanVarDistribution(Distance):
         )
         gap = self._density(px, grid) - self._density(py, grid)
         return float((gap**2).mean())
-
-
-@DISTANCES.register("t_test", description="mean |Welch t| over features")
-def t_test(*, epsilon: float = 1e-8) -> Distance:
-    """Mean absolute Welch t statistic."""
-    return TTest(epsilon)
-
-
-@DISTANCES.register("sym_kldiv", description="mean symmetrised Gaussian KL divergence per feature")
-def sym_kldiv(*, epsilon: float = 1e-8) -> Distance:
-    """Symmetrised Kullback-Leibler divergence of per-feature Gaussians."""
-    return SymmetricKL(epsilon)
-
-
-@DISTANCES.register("ks_test", description="mean two-sample Kolmogorov-Smirnov statistic")
-def ks_test() -> Distance:
-    """Mean Kolmogorov-Smirnov statistic."""
-    return KSTest()
-
-
-@DISTANCES.register(
-    "mean_var_distribution",
-    description="mean squared difference of (log mean, log var) densities of the features",
-)
-def mean_var_distribution(*, n_points: int = 100) -> Distance:
-    """Distance between the mean-variance distributions of the features."""
-    return MeanVarDistribution(n_points)

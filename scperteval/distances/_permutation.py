@@ -25,7 +25,7 @@ recomputed on each relabelled split.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numba
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from scperteval.data.halves import derive_seed
-from scperteval.distances._api import _compared, _pairwise_only, _reference_table, _run
+from scperteval.distances._api import _pairwise_only, _run, against_reference
 from scperteval.distances._base import Distance, Group, resolve_distance
 from scperteval.distances._kernel import PairKernelDistance
 from scperteval.distances._mmd import MMD
@@ -187,10 +187,9 @@ def _kernel_null(
     other = sums.total - 2.0 * row_part + block
     other_diag = sums.diagonal_total - diag_part
     # combine() is plain arithmetic, so it evaluates every permutation at once.
-    if small_is_x:
-        combined = measure.combine(cross, block, other, diag_part, other_diag, n, m)  # type: ignore[arg-type]
-    else:
-        combined = measure.combine(cross, other, block, other_diag, diag_part, n, m)  # type: ignore[arg-type]
+    small, large = (block, diag_part), (other, other_diag)
+    (within_x, diag_x), (within_y, diag_y) = (small, large) if small_is_x else (large, small)
+    combined = measure.combine(cross, within_x, within_y, diag_x, diag_y, n, m)  # type: ignore[arg-type]
     values = np.asarray(combined, dtype=np.float64)
     return float(values[0]), values[1:]
 
@@ -284,11 +283,10 @@ def permutation_test(
     _pairwise_only(distance, "permutation_test")
     reference = str(reference)
     reading = (obsm_key, layer, space, covariate_key, subset, normalize, backed)
-    rows: list[dict[str, Any]] = []
-    keys: list[Any] = []
-    for covariate_key, cells, by_label, measure, labels in _compared(
-        distance, adata, groupby, groups, reading, 1, reference
-    ):
+
+    def rows_of(
+        covariate: str, by_label: dict[str, Group], measure: Distance, labels: list[str]
+    ) -> Iterator[dict[str, Any]]:
         ref = by_label[reference]
         # The reference's own block of the pooled matrix is the same for every group.
         reference_block = None
@@ -299,9 +297,9 @@ def permutation_test(
             and 8 * ref.n**2 <= max_matrix_bytes
         ):
             reference_block = measure.pair_matrix(measure.cells_of(ref))
-        for label in (g for g in labels if g != reference):
+        for label in labels:
             x = by_label[label]
-            orders = permutations(seed, cells.covariate, label, x.n + ref.n, n_permutations)
+            orders = permutations(seed, covariate, label, x.n + ref.n, n_permutations)
             if isinstance(measure, PairKernelDistance):
                 observed, null = _kernel_null(
                     measure, x, ref, orders, max_matrix_bytes, n_jobs, reference_block
@@ -309,19 +307,19 @@ def permutation_test(
             else:
                 observed, null = _generic_null(measure, x, ref, orders, n_jobs)
             exceed = int(np.count_nonzero(null >= observed))
-            rows.append(
-                {
-                    # The value onesided() reports; the null is compared with the
-                    # observed value computed the way the null is.
-                    "distance": measure.between(x, ref),
-                    "pvalue": (exceed + 1) / (n_permutations + 1),
-                    "n_cells": x.n,
-                    "n_reference": ref.n,
-                }
-            )
-            keys.append(label if covariate_key is None else (cells.covariate, label))
+            yield {
+                # The value onesided() reports; the null is compared with the
+                # observed value computed the way the null is.
+                "distance": measure.between(x, ref),
+                "pvalue": (exceed + 1) / (n_permutations + 1),
+                "n_cells": x.n,
+                "n_reference": ref.n,
+            }
+
     columns = ["distance", "pvalue", "n_cells", "n_reference"]
-    table = _reference_table(rows, keys, columns, covariate_key, groupby)
+    table = against_reference(
+        distance, adata, groupby, reference, groups, reading, 1, rows_of, columns
+    )
     table["pvalue_adj"] = adjust(table["pvalue"].to_numpy(), correction)
     table["significant"] = table["pvalue_adj"] < alpha
     table = table[["distance", "pvalue", "pvalue_adj", "significant", "n_cells", "n_reference"]]
