@@ -24,8 +24,10 @@ def _tie_size(count: float) -> float:
 
 
 @numba.njit(cache=True, nogil=True)
-def _first_not_below(values: np.ndarray, start: int, stop: int, value: float) -> int:
-    """First index of sorted ``values[start:stop]`` holding ``value`` or more (else ``stop``).
+def _first_index(values: np.ndarray, start: int, stop: int, value: float, above: bool) -> int:
+    """First index of sorted ``values[start:stop]`` past the values below ``value``.
+
+    With ``above``, past the values equal to ``value`` too; ``stop`` when none is left.
 
     The halving is written as arithmetic, not a branch: the comparisons of a search
     are unpredictable, and a mispredicted branch costs more than the whole step.
@@ -36,23 +38,11 @@ def _first_not_below(values: np.ndarray, start: int, stop: int, value: float) ->
     length = stop - start
     while length > 1:
         half = length >> 1
-        base += half * (values[base + half] < value)
+        probe = values[base + half]
+        base += half * ((probe < value) | (above & (probe == value)))
         length -= half
-    return base + (values[base] < value)
-
-
-@numba.njit(cache=True, nogil=True)
-def _first_above(values: np.ndarray, start: int, stop: int, value: float) -> int:
-    """First index of sorted ``values[start:stop]`` holding more than ``value`` (else ``stop``)."""
-    if stop <= start:
-        return start
-    base = start
-    length = stop - start
-    while length > 1:
-        half = length >> 1
-        base += half * (values[base + half] <= value)
-        length -= half
-    return base + (values[base] <= value)
+    probe = values[base]
+    return base + ((probe < value) | (above & (probe == value)))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -214,10 +204,10 @@ def rank_counts(
                 run = 1
                 while index + run < count and target[index + run] == value:
                     run += 1
-                position = _first_not_below(reference_values, position, end, value)
+                position = _first_index(reference_values, position, end, value, False)
                 after = position
                 if position < end and reference_values[position] == value:
-                    after = _first_above(reference_values, position, end, value)
+                    after = _first_index(reference_values, position, end, value, True)
                 equal = float(after - position)
                 total += run * (position - first + 0.5 * equal)
                 ties += _tie_size(equal + sign * run) - _tie_size(equal)

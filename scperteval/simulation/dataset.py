@@ -190,6 +190,9 @@ def simulate(
     library_size = _check_real("library_size", library_size, 0.0)
     if library_size <= 0:
         raise ValueError(f"library_size must be positive, got {library_size}")
+    # Taken before any other local is bound: every argument, in signature order,
+    # as validated, which the ground truth records.
+    parameters: dict[str, Any] = dict(locals())
     if n_perturbations > n_genes:
         raise ValueError(
             f"n_perturbations ({n_perturbations}) cannot exceed n_genes ({n_genes}): "
@@ -297,33 +300,8 @@ def simulate(
         index=pd.Index([f"cell{i}" for i in range(cell_condition.size)]),
     )
 
-    parameters: dict[str, Any] = {
-        "n_perturbations": n_perturbations,
-        "n_genes": n_genes,
-        "cells_per_perturbation": cells_per_perturbation,
-        "n_control_cells": n_control_cells,
-        "affected_fraction": affected_fraction,
-        "effect_size": effect_size,
-        "control_bias": control_bias,
-        "control_bias_fraction": control_bias_fraction,
-        "n_covariates": n_covariates,
-        "n_combinations": n_combinations,
-        "interaction_size": interaction_size,
-        "library_size": library_size,
-        "dispersion": dispersion,
-        "seed": seed,
-        "perturbation_key": perturbation_key,
-        "covariate_key": covariate_key,
-        "control_label": control_label,
-        "knockdown_efficiency": knockdown_efficiency,
-        "effect_strength_sd": effect_strength_sd,
-        "baseline_sd": baseline_sd,
-        "covariate_sd": covariate_sd,
-        "library_size_sd": library_size_sd,
-        "normalized_total": NORMALIZED_TOTAL,
-    }
     truth = {
-        "parameters": parameters,
+        "parameters": {**parameters, "normalized_total": NORMALIZED_TOTAL},
         "gene_names": gene_names.astype(str),
         "conditions": {
             "covariate": np.repeat(np.asarray(covariate_names, dtype=str), n_conditions),
@@ -490,12 +468,14 @@ def _check_int(name: str, value: object, minimum: int) -> int:
     return int(value)
 
 
-def _check_real(name: str, value: object, minimum: float, maximum: float | None = None) -> float:
+def _check_real(
+    name: str, value: object, minimum: float | None, maximum: float | None = None
+) -> float:
     """Return ``value`` as a float after checking it is finite and in range."""
     if isinstance(value, bool) or not isinstance(value, Real) or not np.isfinite(float(value)):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     value = float(value)
-    if value < minimum or (maximum is not None and value > maximum):
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
         raise ValueError(f"{name} must be {bounds}, got {value}")
     return value

@@ -18,6 +18,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scperteval.errors import DatasetError
+from scperteval.simulation.dataset import _check_int, _check_real
 
 __all__ = ["PREDICTION_KINDS", "simulate_predictions"]
 
@@ -125,22 +126,13 @@ def simulate_predictions(
     """
     if kind not in PREDICTION_KINDS:
         raise ValueError(f"unknown prediction kind {kind!r}; expected one of {PREDICTION_KINDS}")
-    noise = _check_number("noise", noise, minimum=0.0)
-    scale = _check_number("scale", scale, minimum=None)
+    noise = _check_real("noise", noise, 0.0)
+    scale = _check_real("scale", scale, None)
     if kind != "scaled_effect" and scale != 1.0:
         raise ValueError(f"scale applies to kind 'scaled_effect' only, not {kind!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    if cells_per_perturbation is not None and (
-        isinstance(cells_per_perturbation, bool)
-        or not isinstance(cells_per_perturbation, int | np.integer)
-        or cells_per_perturbation < 1
-    ):
-        raise ValueError(
-            f"cells_per_perturbation must be a positive integer or None, "
-            f"got {cells_per_perturbation!r}"
-        )
-
+    seed = _check_int("seed", seed, 0)
+    if cells_per_perturbation is not None:
+        cells_per_perturbation = _check_int("cells_per_perturbation", cells_per_perturbation, 1)
     keys = _resolve_keys(adata, perturbation_key, covariate_key, control_label)
     pert_key, cov_key = keys["perturbation_key"], keys["covariate_key"]
     control = keys["control_label"]
@@ -431,14 +423,10 @@ def _resolve_keys(
     simulation = adata.uns.get("simulation")
     if isinstance(simulation, Mapping) and isinstance(simulation.get("parameters"), Mapping):
         recorded = simulation["parameters"]
-    explicit = {
-        "perturbation_key": perturbation_key,
-        "covariate_key": covariate_key,
-        "control_label": control_label,
-    }
+    explicit = (perturbation_key, covariate_key, control_label)
     return {
         name: str(value if value is not None else recorded.get(name, default))
-        for (name, value), default in zip(explicit.items(), _DEFAULT_KEYS.values(), strict=True)
+        for value, (name, default) in zip(explicit, _DEFAULT_KEYS.items(), strict=True)
     }
 
 
@@ -448,14 +436,3 @@ def _ordered_labels(column: pd.Series) -> list[str]:
     if isinstance(column.dtype, pd.CategoricalDtype):
         return [str(c) for c in column.cat.categories if str(c) in present]
     return sorted(present)
-
-
-def _check_number(name: str, value: object, *, minimum: float | None) -> float:
-    """Return ``value`` as a float after checking it is finite and >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    number = float(value)
-    if not np.isfinite(number) or (minimum is not None and number < minimum):
-        bound = "finite" if minimum is None else f"finite and >= {minimum}"
-        raise ValueError(f"{name} must be {bound}, got {value!r}")
-    return number

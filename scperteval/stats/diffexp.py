@@ -57,6 +57,8 @@ DE_COLUMNS = (
     "mean_target",
     "mean_reference",
 )
+#: The per-gene value columns, each an attribute of :class:`DEResult`.
+_VALUE_COLUMNS = DE_COLUMNS[3:]
 
 
 class DEResult:
@@ -164,15 +166,7 @@ class DEResult:
         """One condition's result, indexed by gene (optionally reindexed by name)."""
         k = self.row(covariate, perturbation)
         frame = pd.DataFrame(
-            {
-                "statistic": self.statistic[k],
-                "pvalue": self.pvalue[k],
-                "pvalue_adj": self.pvalue_adj[k],
-                "log_fold_change": self.log_fold_change[k],
-                "mean_target": self.mean_target[k],
-                "mean_reference": self.mean_reference[k],
-            },
-            index=self.genes,
+            {name: getattr(self, name)[k] for name in _VALUE_COLUMNS}, index=self.genes
         )
         if genes is not None:
             frame = _reindex_by_name(frame, genes)
@@ -190,12 +184,7 @@ class DEResult:
                 "gene": pd.Categorical.from_codes(
                     np.tile(np.arange(n_genes), n_conditions), categories=self.genes
                 ),
-                "statistic": self.statistic.ravel(),
-                "pvalue": self.pvalue.ravel(),
-                "pvalue_adj": self.pvalue_adj.ravel(),
-                "log_fold_change": self.log_fold_change.ravel(),
-                "mean_target": self.mean_target.ravel(),
-                "mean_reference": self.mean_reference.ravel(),
+                **{name: getattr(self, name).ravel() for name in _VALUE_COLUMNS},
             },
             columns=list(DE_COLUMNS),
         )

@@ -93,10 +93,7 @@ def centroid_values(
             )
         for rows, components, offset in task_tensors["projections"]:
             if reference is None and offset is not None:
-                xp, yp = (
-                    (truth[rows] - offset) @ components,
-                    (means[rows] - offset) @ components,
-                )
+                xp, yp = (truth[rows] - offset) @ components, (means[rows] - offset) @ components
             else:
                 xp, yp = x[rows] @ components, y[rows] @ components
             ones = torch.ones_like(xp, dtype=torch.bool)
@@ -133,11 +130,9 @@ def dataset_values(
                         for k in rows
                     ]
                 )
-                found = np.asarray(
-                    task.protocol.metric(group.truth, candidate, group.context),
-                    dtype=np.float64,
+                values[rows] = np.asarray(
+                    task.protocol.metric(group.truth, candidate, group.context), dtype=np.float64
                 )
-                values[rows] = found
             except Exception as exc:  # noqa: BLE001 - NaN with its reason, never a crash
                 reason = f"{type(exc).__name__}: {exc}"
         for k in rows:

@@ -154,12 +154,7 @@ def _centroid_task(engine: Engine, protocol: Protocol, n_genes: int) -> Centroid
     for k in range(n):
         try:
             space = resolve_space(engine, protocol.space, k)
-            reference = centering_vector(engine, protocol.centering, k)
-            centroid = engine.source("truth", k).centroid
-            view = space.vector(
-                centroid if reference is None else centroid - reference,
-                is_delta=reference is not None,
-            )
+            view = _truth_view(engine, protocol, space, k)
             if not np.isfinite(view).all():
                 raise ValueError("the truth view has non-finite values")
             if weights is not None:
@@ -182,6 +177,14 @@ def _centroid_task(engine: Engine, protocol: Protocol, n_genes: int) -> Centroid
     return CentroidTask(protocol, None if full else mask, selected, projections, weights, reasons)
 
 
+def _truth_view(engine: Engine, protocol: Protocol, space: FeatureMap, k: int) -> np.ndarray:
+    """Condition ``k``'s truth centroid, centred as ``protocol`` says, in ``space``."""
+    reference = centering_vector(engine, protocol.centering, k)
+    centroid = engine.source("truth", k).centroid
+    vector = centroid if reference is None else centroid - reference
+    return space.vector(vector, is_delta=reference is not None)
+
+
 def _dataset_task(engine: Engine, protocol: Protocol) -> DatasetTask:
     layout = engine.context.layout
     groups = []
@@ -189,12 +192,7 @@ def _dataset_task(engine: Engine, protocol: Protocol) -> DatasetTask:
         conditions = engine.conditions_of(covariate)
         try:
             space = resolve_space(engine, protocol.space, int(conditions[0]))
-            rows = []
-            for k in conditions:
-                reference = centering_vector(engine, protocol.centering, int(k))
-                centroid = engine.source("truth", int(k)).centroid
-                vector = centroid if reference is None else centroid - reference
-                rows.append(space.vector(vector, is_delta=reference is not None))
+            rows = [_truth_view(engine, protocol, space, int(k)) for k in conditions]
             ctx = DatasetContext(
                 covariate=engine.covariates[covariate],
                 perturbations=tuple(layout.conditions[int(k)].perturbation for k in conditions),
@@ -252,15 +250,15 @@ def plan_from_engine(engine: Engine, protocols: Sequence[Protocol]) -> Plan:
     layout = context.layout
     n = layout.n_conditions
     genes = tuple(map(str, context.genes))
-    truth = (
-        np.vstack([engine.source("truth", k).centroid for k in range(n)])
-        if n
-        else np.zeros((0, len(genes)))
-    )
-    references = {}
-    for centering in ("control", "perturbed"):
-        rows = [np.asarray(centering_vector(engine, centering, k)) for k in range(n)]
-        references[centering] = np.vstack(rows) if rows else np.zeros((0, len(genes)))
+
+    def stacked(rows: list[np.ndarray]) -> np.ndarray:
+        return np.vstack(rows) if rows else np.zeros((0, len(genes)))
+
+    truth = stacked([engine.source("truth", k).centroid for k in range(n)])
+    references = {
+        centering: stacked([np.asarray(centering_vector(engine, centering, k)) for k in range(n)])
+        for centering in ("control", "perturbed")
+    }
     plan = Plan(
         perturbations=tuple(c.perturbation for c in layout.conditions),
         covariates=tuple(c.covariate for c in layout.conditions),
