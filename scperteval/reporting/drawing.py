@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Any
 
 import matplotlib as mpl
@@ -18,13 +19,15 @@ __all__ = ["CALIBRATED_LIMIT", "panel_grid", "calibrated_image", "annotate_cells
 
 CALIBRATED_LIMIT = 2.0
 UNTRUSTED_COLOUR = "#8c8c8c"
-_TICK_NAMES = {
-    -CALIBRATED_LIMIT: f"\u2264 {-CALIBRATED_LIMIT:g} (clipped)",
-    -1.0: "-1",
-    0.0: "0 negative",
-    1.0: "1 positive",
-    CALIBRATED_LIMIT: f"\u2265 {CALIBRATED_LIMIT:g} (clipped)",
-}
+_TICK_NAMES = MappingProxyType(
+    {
+        -CALIBRATED_LIMIT: f"\u2264 {-CALIBRATED_LIMIT:g} (clipped)",
+        -1.0: "-1",
+        0.0: "0 negative",
+        1.0: "1 positive",
+        CALIBRATED_LIMIT: f"\u2265 {CALIBRATED_LIMIT:g} (clipped)",
+    }
+)
 
 
 def panel_grid(
