@@ -43,6 +43,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kernels", ("scperteval.kernels",)),
     ("data", ("scperteval.data",)),
     ("simulation", ("scperteval.simulation",)),
+    ("splits", ("scperteval.splits",)),
     ("stats", ("scperteval.stats",)),
     ("metrics", ("scperteval.metrics",)),
     ("context", ("scperteval.context",)),
