@@ -25,7 +25,7 @@ import pandas as pd
 from scperteval.data.halves import derive_seed
 from scperteval.distances._api import _pairwise_only, _run, against_reference
 from scperteval.distances._base import Distance, Group, resolve_distance
-from scperteval.distances._kernel import PairKernelDistance
+from scperteval.distances._kernel import BlockSums, PairKernelDistance
 from scperteval.distances._mmd import MMD
 from scperteval.errors import SpecError
 
@@ -90,7 +90,9 @@ def _kernel_replicates(
     within_x, diag_x = _within(measure, x_cells, x_counts)
     cross = np.einsum("bi,bi->b", x_counts @ measure.pair_matrix(x_cells, y_cells), y_counts)
     within_y, diag_y = y_within
-    values = measure.combine(cross, within_x, within_y, diag_x, diag_y, x.n, len(y_cells))  # type: ignore[arg-type]
+    values = measure.combine(
+        BlockSums(cross, within_x, within_y, diag_x, diag_y, x.n, len(y_cells))
+    )
     return np.asarray(values, dtype=np.float64)
 
 

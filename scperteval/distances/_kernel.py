@@ -14,6 +14,7 @@ of ``k`` for the permutation test, which reuses it across permutations.
 from __future__ import annotations
 
 from abc import abstractmethod
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -28,12 +29,25 @@ from scperteval.metrics.population import (
 )
 
 __all__ = [
+    "BlockSums",
     "EnergyDistance",
     "MeanPairwise",
     "PairKernelDistance",
     "Wasserstein",
     "squared_distances",
 ]
+
+
+class BlockSums(NamedTuple):
+    """The block sums of one comparison (floats, or arrays with one entry per replicate)."""
+
+    cross: Any
+    within_x: Any
+    within_y: Any
+    diag_x: Any
+    diag_y: Any
+    n: int
+    m: int
 
 
 class PairKernelDistance(Distance):
@@ -112,16 +126,7 @@ class PairKernelDistance(Distance):
         """``(sum over pairs, sum of the diagonal)``: cross pairs, or ordered pairs of ``x``."""
 
     @abstractmethod
-    def combine(
-        self,
-        cross: float,
-        within_x: float,
-        within_y: float,
-        diag_x: float,
-        diag_y: float,
-        n: int,
-        m: int,
-    ) -> float:
+    def combine(self, sums: BlockSums) -> float:
         """The distance from block sums (``within_*`` over ordered pairs, diagonal included)."""
 
     def within(self, group: Group) -> tuple[float, float]:
@@ -149,7 +154,7 @@ class PairKernelDistance(Distance):
         """The distance from the cross sum ``S_xy``, the within sums from the cache."""
         within_x, diag_x = self._within(x)
         within_y, diag_y = self._within(y)
-        return self.combine(cross, within_x, within_y, diag_x, diag_y, x.n, y.n)
+        return self.combine(BlockSums(cross, within_x, within_y, diag_x, diag_y, x.n, y.n))
 
 
 # Bytes of one tile of the batched cross sums.
@@ -221,18 +226,9 @@ class EnergyDistance(PairKernelDistance):
         total = self.centred_sum(x, y, SQRT)
         return (2.0 * total if y is None else total), 0.0
 
-    def combine(
-        self,
-        cross: float,
-        within_x: float,
-        within_y: float,
-        diag_x: float,
-        diag_y: float,
-        n: int,
-        m: int,
-    ) -> float:
+    def combine(self, sums: BlockSums) -> float:
         """``2 S_xy / (n m) - S_xx / n_x - S_yy / n_y`` with U or V denominators."""
-        return energy_distance_from_sums(cross, within_x, within_y, n, m, unbiased=self.unbiased)
+        return energy_distance_from_sums(*sums[:3], sums.n, sums.m, unbiased=self.unbiased)
 
 
 @DISTANCES.register(
@@ -252,18 +248,9 @@ class MeanPairwise(EnergyDistance):
         check_size(self, x, y)
         return self.block_sums(x, y)[0] / (x.n * y.n)
 
-    def combine(
-        self,
-        cross: float,
-        within_x: float,
-        within_y: float,
-        diag_x: float,
-        diag_y: float,
-        n: int,
-        m: int,
-    ) -> float:
+    def combine(self, sums: BlockSums) -> float:
         """``S_xy / (n m)``."""
-        return cross / (n * m)
+        return sums.cross / (sums.n * sums.m)
 
 
 @DISTANCES.register("wasserstein", description="debiased Sinkhorn estimate of W2 (sqrt(2 S_eps))")

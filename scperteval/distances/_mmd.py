@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from scperteval.distances._base import DISTANCES, Distance, Group, check_size
-from scperteval.distances._kernel import PairKernelDistance, squared_distances
+from scperteval.distances._kernel import BlockSums, PairKernelDistance, squared_distances
 from scperteval.kernels.median import median_distance
 from scperteval.kernels.pairs import rbf_transform
 from scperteval.metrics.population import mmd_from_sums
@@ -177,17 +177,9 @@ class MMD(PairKernelDistance):
         fixed.bandwidth = self.pair_sigma(x, y)
         return fixed.between(Group(x.cells, x.shift), Group(y.cells, y.shift))
 
-    def combine(
-        self,
-        cross: float,
-        within_x: float,
-        within_y: float,
-        diag_x: float,
-        diag_y: float,
-        n: int,
-        m: int,
-    ) -> float:
+    def combine(self, sums: BlockSums) -> float:
         """``S_xx / n_x + S_yy / n_y - 2 S_xy / (n m)`` with U or V forms."""
+        cross, within_x, within_y, diag_x, diag_y, n, m = sums
         if self.unbiased:
             return mmd_from_sums(cross, within_x - diag_x, within_y - diag_y, n, m)
         return within_x / (n * n) + within_y / (m * m) - 2.0 * cross / (n * m)

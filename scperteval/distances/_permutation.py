@@ -35,7 +35,7 @@ import pandas as pd
 from scperteval.data.halves import derive_seed
 from scperteval.distances._api import _pairwise_only, _run, against_reference
 from scperteval.distances._base import Distance, Group, resolve_distance
-from scperteval.distances._kernel import PairKernelDistance
+from scperteval.distances._kernel import BlockSums, PairKernelDistance
 from scperteval.distances._mmd import MMD
 from scperteval.errors import SpecError
 from scperteval.stats.multiple_testing import CORRECTIONS, adjust
@@ -189,7 +189,7 @@ def _kernel_null(
     # combine() is plain arithmetic, so it evaluates every permutation at once.
     small, large = (block, diag_part), (other, other_diag)
     (within_x, diag_x), (within_y, diag_y) = (small, large) if small_is_x else (large, small)
-    combined = measure.combine(cross, within_x, within_y, diag_x, diag_y, n, m)  # type: ignore[arg-type]
+    combined = measure.combine(BlockSums(cross, within_x, within_y, diag_x, diag_y, n, m))
     values = np.asarray(combined, dtype=np.float64)
     return float(values[0]), values[1:]
 
