@@ -47,6 +47,7 @@ HEADLINE_COLUMNS = (
     "listing",
     "flags",
     "vcc_score",
+    "vcc_terms_as_zero",
     "population_score",
     "population_rank",
 )
@@ -393,6 +394,12 @@ def ranking_sentence(
     kind = "trusted protocols" if calibrated else "protocols"
     n_rows = len(coverage.rows)
     left = [p for p in used if p not in coverage.protocols]
+    # Name the shorter list: the protocols used, or those left out.
+    which = (
+        f"namely {_names(coverage.protocols)}"
+        if len(coverage.protocols) <= len(left)
+        else f"all but {_names(left)}"
+    )
     if models:
         whose = f"every model ({_names(models)}) covers"
         if len(coverage.protocols) == len(used):
@@ -400,8 +407,7 @@ def ranking_sentence(
         else:
             head = (
                 f"Ranks use the {len(coverage.protocols)} of the {len(used)} {kind} that "
-                f"{whose if coverage.shared else 'the best-covering model covers'}, "
-                f"all but {_names(left)}"
+                f"{whose if coverage.shared else 'the best-covering model covers'}, {which}"
             )
         rows = f"over the {n_rows} perturbations they all cover"
     else:
