@@ -33,7 +33,15 @@ from scperteval.scoring.ranking import (
     scores_on,
 )
 
-__all__ = ["Leaderboard", "build_leaderboard", "HEADLINE_COLUMNS", "RANKED", "APART"]
+__all__ = [
+    "Leaderboard",
+    "build_leaderboard",
+    "ranking_sentence",
+    "HEADLINE_COLUMNS",
+    "OPTIONAL_COLUMNS",
+    "RANKED",
+    "APART",
+]
 
 HEADLINE_COLUMNS = (
     "model",
@@ -51,6 +59,8 @@ HEADLINE_COLUMNS = (
     "population_score",
     "population_rank",
 )
+#: Headline columns present only in some runs (the VCC terms, the second ranking).
+OPTIONAL_COLUMNS = ("vcc_score", "vcc_terms_as_zero", "population_score", "population_rank")
 RANKED = "ranked"
 APART = "listed apart"
 NO_FLAGS = "none"
