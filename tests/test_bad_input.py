@@ -683,6 +683,12 @@ CASES: list[tuple[str, list[str], str]] = [
         ["distances", "{data}", "--groupby", "perturbation", "--groups", "zz", "--out", "{out}"],
         r"group 'zz'",
     ),
+    # calibrate: the evidence rule's minimum
+    (
+        "calibrate: zero perturbations needed for trust",
+        ["calibrate", "{data}", "-p", "mse", "--min-perturbations", "0", "--out", "{out}"],
+        r"min_perturbations must be at least 1, got 0",
+    ),
 ]
 
 
