@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
+from scipy.stats import rankdata
 
 from scperteval.errors import DatasetError
 from scperteval.scoring.calibrated import bootstrap_ci, calibrated_values
@@ -88,10 +89,21 @@ def test_leaderboard_orders_models_by_construction(norman_run) -> None:
     assert result.leaderboard.trusted, "some protocols must be trusted on Norman"
     ranks = table["rank"]
     assert ranks["noise_low"] < ranks["noise_high"]
-    # Pseudobulk predictions have no population protocols: listed apart, not ranked.
+    # Pseudobulk predictions have no population protocols: every model is ranked on
+    # the protocols they all cover, and the cell-level models again on the others.
+    board = result.leaderboard
     for name in ("mode_collapse", "mean_model"):
-        assert table.loc[name, "listing"].startswith("listed apart")
+        assert table.loc[name, "listing"] == "ranked"
         assert ranks[name] > ranks["noise_low"]
+        assert np.isnan(table.loc[name, "population_score"])
+    assert np.isfinite(table.loc["noise_low", "population_score"])
+    ranked = table[table["listing"] == "ranked"]
+    expected = rankdata(-ranked["score"].to_numpy(dtype=float), method="min")
+    np.testing.assert_array_equal(ranked["rank"].to_numpy(dtype=float), expected)
+    left = [p for p in board.trusted if p not in board.ranked_protocols]
+    assert left and set(left) <= set(board.population_protocols)
+    named = board.ranking.partition("all but ")[2].partition(";")[0].split(", ")
+    assert sorted(named) == sorted(left) and str(len(board.ranked_protocols)) in board.ranking
     assert table.loc["mode_collapse", "flags"] == "mode collapse"
 
 

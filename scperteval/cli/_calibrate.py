@@ -39,6 +39,14 @@ def add_parser(commands: Any) -> None:
         de_method_help="DE behind top-k spaces, DEG weights and DE protocols",
     )
     add_thresholds_option(parser)
+    parser.add_argument(
+        "--min-perturbations",
+        type=int,
+        default=10,
+        metavar="N",
+        help="fewest perturbations with both controls for a protocol to be trusted (default "
+        "10, the rule of score and report)",
+    )
     parser.add_argument("--out", required=True, help="output folder")
     parser.set_defaults(handler=run)
 
@@ -51,7 +59,14 @@ def run(args: argparse.Namespace) -> int:
     data = input_data(args)
     options = engine_kwargs(args)
     with cluster_client(args.scheduler) as client:
-        result = calibrate(data, **options, executor=client, thresholds=thresholds, out=args.out)
+        result = calibrate(
+            data,
+            **options,
+            executor=client,
+            thresholds=thresholds,
+            out=args.out,
+            min_perturbations=args.min_perturbations,
+        )
     print(result.summary())
     print_run_notes(result.info, args.min_cells)
     total = result.info.get("timings_seconds", {}).get("total", float("nan"))

@@ -31,7 +31,8 @@ One value per covariate group, repeated for each perturbation row as cell-eval r
 it. Points equal up to rounding (a mean predictor's centroids) make the neighbour order
 and so the clusters depend on the last bits of the centroids.
 
-igraph is an optional dependency (the ``cluster`` extra); without it the metric raises
+igraph is a core dependency, so the metric runs in every installation; in an
+environment where it was removed anyway the metric raises
 :class:`~scperteval.errors.MissingExtraError`, which a run records as the reason of a
 NaN.
 """

@@ -16,7 +16,15 @@ from scperteval.runinfo import write_atomic
 
 MISSING = "–"
 META_COLUMNS = ("model", "kind", "score", "rank")
-TEXT_COLUMNS = ("model", "kind", "perturbations", "protocols", "listing", "flags")
+TEXT_COLUMNS = (
+    "model",
+    "kind",
+    "perturbations",
+    "protocols",
+    "listing",
+    "flags",
+    "vcc_terms_as_zero",
+)
 SHOWN_MISSING = 5
 DAGGER = "\u2020"
 TRUST_TERMS = (
@@ -94,7 +102,7 @@ def cell_text(column: str, value: Any, spec: str = "sig3") -> str:
     """
     if column in TEXT_COLUMNS:
         return str(value)
-    if column == "rank":
+    if column in ("rank", "population_rank"):
         return MISSING if is_missing(value) else str(int(value))
     if spec == "sig3":
         return significant(value)

@@ -23,12 +23,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from scperteval.scoring.leaderboard import HEADLINE_COLUMNS
+from scperteval.scoring.leaderboard import HEADLINE_COLUMNS, OPTIONAL_COLUMNS
 
 __all__ = ["AcrossDatasets", "across_datasets", "dataset_label"]
 
-#: Each dataset's headline columns (the VCC score aside), with the dataset after the kind.
-LONG_COLUMNS = ("model", "kind", "dataset", *(c for c in HEADLINE_COLUMNS[2:] if c != "vcc_score"))
+#: Each dataset's headline columns (the optional ones aside), with the dataset after the kind.
+LONG_COLUMNS = (
+    "model",
+    "kind",
+    "dataset",
+    *(c for c in HEADLINE_COLUMNS[2:] if c not in OPTIONAL_COLUMNS),
+)
 
 
 def dataset_label(info: Mapping[str, Any]) -> str:

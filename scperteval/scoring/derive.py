@@ -24,6 +24,8 @@ from scperteval.scoring.vcc import add_vcc_column
 __all__ = ["Derived", "derive"]
 
 ENTRY_SOURCES = ("model", "baseline")
+#: Representations whose protocols need the predicted cells, not only their mean.
+CELL_REPRESENTATIONS = ("population", "control_de", "control_edistance")
 
 
 @dataclass
@@ -113,6 +115,7 @@ def derive(
         entries=entries,
         seed=seed,
         flags=flags,
+        population=_cell_protocols(protocols),
     )
     board.verdicts = verdicts
     add_vcc_column(board, results, protocols, calibrated)
@@ -125,3 +128,11 @@ def derive(
     pairs = pairwise_tests(entries, better, names, trusted, correction, headline=calibrated)
     wins = win_tie_loss(pairs, names)
     return Derived(with_calibrated, calibration, aggregates, board, tests, pairs, wins)
+
+
+def _cell_protocols(protocols: pd.DataFrame) -> list[str]:
+    """The protocols that need predicted cells (population protocols)."""
+    if "representation" not in protocols:
+        return []
+    cells = protocols["representation"].astype(str).isin(CELL_REPRESENTATIONS)
+    return [str(p) for p in protocols.loc[cells, "protocol"]]

@@ -66,8 +66,10 @@ def score_definition(aggregate: str, n_trusted: int | str, calibrated: bool = Tr
     """
     if not calibrated:
         return (
-            f"score = mean rank over the {n_trusted} protocols of each protocol's {aggregate} "
-            "raw value over perturbations (plain scores on all truth cells; lower is better)"
+            f"score = mean over the {n_trusted} protocols of the share of the other ranked "
+            f"entries whose {aggregate} raw value over perturbations the entry beats (ties "
+            "count one half; plain scores on all truth cells, no calibration; 1 = best on "
+            "every protocol; higher is better)"
         )
     return (
         f"score = median over the {n_trusted} trusted protocols of each protocol's "

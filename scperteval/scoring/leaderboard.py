@@ -1,11 +1,16 @@
 """Leaderboards: models and baselines ranked on the protocols that can be trusted.
 
-Like is compared with like: the entries that cover every perturbation and every
-trusted protocol that any entry covers are ranked; an entry covering fewer
-(``additive`` scores combinations only, a pseudobulk prediction has no
-population protocols, a model with missing perturbations) is listed apart,
-below them, with its score on what it covers and the rank it would take among
-the ranked entries on that coverage.
+Like is compared with like: the ranked entries are those that cover the
+ranking coverage (the trusted protocols every user model covers, over the
+perturbations they all cover; see :mod:`scperteval.scoring.ranking`), and their
+``score`` is computed on exactly that coverage. An entry covering less
+(``additive`` scores combinations only, ``linear`` may have no values) is
+listed apart, below them, with its score on what it covers and the rank it
+would take among the ranked entries on that coverage. Cell-level models get a
+second ranking (``population_score``, ``population_rank``) on the population
+protocols they cover, when the first leaves those out. Ties share a rank
+(competition ranking, 1, 1, 3). :attr:`Leaderboard.ranking` is the sentence
+saying what the ranking uses.
 """
 
 from __future__ import annotations
@@ -16,15 +21,27 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from scperteval.scoring.headline import (
-    finite_aggregate,
-    headline_ci,
-    headline_matrix,
-    headline_score,
-    score_definition,
+from scperteval.scoring.headline import headline_ci, headline_matrix, score_definition
+from scperteval.scoring.ranking import (
+    TIE_RULE,
+    Coverage,
+    competition_ranks,
+    covers,
+    entry_coverage,
+    ranking_coverage,
+    restricted,
+    scores_on,
 )
 
-__all__ = ["Leaderboard", "build_leaderboard", "HEADLINE_COLUMNS", "RANKED", "APART"]
+__all__ = [
+    "Leaderboard",
+    "build_leaderboard",
+    "ranking_sentence",
+    "HEADLINE_COLUMNS",
+    "OPTIONAL_COLUMNS",
+    "RANKED",
+    "APART",
+]
 
 HEADLINE_COLUMNS = (
     "model",
@@ -38,7 +55,12 @@ HEADLINE_COLUMNS = (
     "listing",
     "flags",
     "vcc_score",
+    "vcc_terms_as_zero",
+    "population_score",
+    "population_rank",
 )
+#: Headline columns present only in some runs (the VCC terms, the second ranking).
+OPTIONAL_COLUMNS = ("vcc_score", "vcc_terms_as_zero", "population_score", "population_rank")
 RANKED = "ranked"
 APART = "listed apart"
 NO_FLAGS = "none"
@@ -58,10 +80,13 @@ class Leaderboard:
         trusted protocols' columns (see :attr:`definition`), with its 95%
         bootstrap interval ``ci_low``-``ci_high``. ``perturbations`` and
         ``protocols`` read ``covered/total``; ``listing`` is ``ranked`` or
-        ``listed apart`` (partial coverage, no rank). In plain mode (truth =
-        all cells) protocol columns are aggregate raw values and ``score`` is
-        the mean rank over protocols (lower is better). A run of the Virtual Cell
-        Challenge's terms adds ``vcc_score`` (see :mod:`scperteval.scoring.vcc`).
+        ``listed apart`` (partial coverage: ``rank`` is then its place on its own
+        coverage). In plain mode (truth = all cells) protocol columns are
+        aggregate raw values and ``score`` is the mean share of the other ranked
+        entries it beats per protocol (higher is better, as in calibrated mode). A
+        run of the Virtual Cell Challenge's terms adds ``vcc_score`` (see
+        :mod:`scperteval.scoring.vcc`); a second ranking of cell-level models adds
+        ``population_score`` and ``population_rank``.
     trusted
         Protocols the overall score uses.
     excluded
@@ -78,6 +103,12 @@ class Leaderboard:
         One sentence per protocol saying whether it is trusted and why.
     flags
         Per entry, the sanity flags raised on its predictions.
+    ranking
+        The sentence saying which protocols and perturbations the ranks use.
+    ranked_protocols
+        The protocols the ranked entries' ``score`` uses.
+    population_protocols
+        The protocols of the second ranking (empty when there is none).
 
     """
 
@@ -90,11 +121,15 @@ class Leaderboard:
     notes: list[str] = field(default_factory=list)
     verdicts: dict[str, str] = field(default_factory=dict)
     flags: dict[str, list[str]] = field(default_factory=dict)
+    ranking: str = ""
+    ranked_protocols: list[str] | None = None
+    population_protocols: list[str] = field(default_factory=list)
 
     @property
     def definition(self) -> str:
         """The sentence defining ``score``, the same in every output."""
-        return score_definition(self.aggregate, len(self.trusted), self.calibrated)
+        used = self.trusted if self.ranked_protocols is None else self.ranked_protocols
+        return score_definition(self.aggregate, len(used), self.calibrated)
 
     @property
     def protocols(self) -> list[str]:
@@ -117,18 +152,13 @@ class Leaderboard:
         if "listing" in frame:
             chosen = (frame["listing"] == RANKED) & (frame["flags"] == NO_FLAGS)
             frame = frame[chosen] if chosen.any() else frame
-        extra = [c for c in ("vcc_score",) if c in frame.columns]
+        extra = [c for c in ("vcc_score", "population_score") if c in frame.columns]
         for column in ["score", *extra, *self.protocols]:
             values = frame[column].to_numpy(dtype=np.float64)
             if not np.isfinite(values).any():
                 continue
-            direction = (
-                "higher"
-                if column == "score" and self.calibrated
-                else self.better.get(column, "higher")
-            )
-            if column == "score" and not self.calibrated:
-                direction = "lower"
+            # Both headline scores are higher-is-better in every mode.
+            direction = self.better.get(column, "higher")
             best[column] = float(np.nanmax(values) if direction == "higher" else np.nanmin(values))
         return best
 
@@ -138,58 +168,6 @@ class Leaderboard:
 
     def __repr__(self) -> str:
         return self.headline.to_string(index=False, float_format=lambda v: f"{v:.3g}")
-
-
-def _coverage(
-    entries: pd.DataFrame | None, names: Sequence[str], trusted: Sequence[str], column: str
-) -> tuple[dict[str, int], dict[str, int], int, int]:
-    """Perturbations and trusted protocols with a value, per entry, and the largest counts."""
-    perturbations = {name: 0 for name in names}
-    protocols = {name: 0 for name in names}
-    if entries is None or entries.empty or not trusted:
-        return perturbations, protocols, 0, 0
-    part = entries[entries["protocol"].isin(list(trusted))]
-    part = part[np.isfinite(part[column].to_numpy(dtype=np.float64))]
-    total_perturbations = len(part[["covariate", "perturbation"]].drop_duplicates())
-    for name, frame in part.groupby("source_name", observed=True):
-        perturbations[str(name)] = len(frame[["covariate", "perturbation"]].drop_duplicates())
-        protocols[str(name)] = int(frame["protocol"].nunique())
-    return perturbations, protocols, total_perturbations, len(trusted)
-
-
-def _apart_text(
-    name: str,
-    value: float,
-    ranked: Sequence[str],
-    matrices: Mapping[str, pd.DataFrame],
-    aggregate: str,
-) -> str:
-    """``listed apart``, with the entry's place among the ranked ones on its own coverage."""
-    own = matrices.get(name)
-    if own is None or not np.isfinite(value) or not ranked:
-        return APART
-    finite = np.isfinite(own.to_numpy(dtype=np.float64))
-    rows = own.index[finite.any(axis=1)]
-    columns = own.columns[finite.any(axis=0)]
-    better = 0
-    for other in ranked:
-        matrix = matrices[other].reindex(index=rows, columns=columns).to_numpy(dtype=np.float64)
-        with np.errstate(all="ignore"):
-            columns_values = _nan_aggregate(matrix, aggregate) if matrix.size else np.array([])
-        better += int(headline_score(columns_values) > value)
-    return f"{APART}; rank {better + 1} of {len(ranked) + 1} on its coverage"
-
-
-def _apart_rank(listing: str) -> float | None:
-    """The rank on its coverage written in an entry's ``listing`` (None when ranked)."""
-    if listing == RANKED:
-        return None
-    _, found, rest = listing.partition("; rank ")
-    return float(rest.split(" ")[0]) if found else float("nan")
-
-
-def _nan_aggregate(matrix: np.ndarray, aggregate: str) -> np.ndarray:
-    return np.array([finite_aggregate(matrix[:, j], aggregate) for j in range(matrix.shape[1])])
 
 
 def build_leaderboard(
@@ -203,6 +181,7 @@ def build_leaderboard(
     entries: pd.DataFrame | None = None,
     seed: int = 0,
     flags: Mapping[str, Sequence[str]] | None = None,
+    population: Sequence[str] = (),
 ) -> Leaderboard:
     """Assemble a leaderboard from per-protocol aggregates.
 
@@ -229,6 +208,9 @@ def build_leaderboard(
         Seed of the bootstrap interval.
     flags
         Per entry, the sanity flags to show.
+    population
+        The protocols that need predicted cells (population protocols): a user
+        model with values there is cell-level and gets the second ranking.
 
     """
     if aggregate not in ("mean", "median"):
@@ -245,76 +227,91 @@ def build_leaderboard(
     directions = {p: ("higher" if calibrated else better.get(p, "higher")) for p in protocols}
     used = [p for p in protocols if p in trusted]
     value_column = "calibrated" if calibrated else "value"
-    covered, scored, n_perturbations, n_protocols = _coverage(entries, names, used, value_column)
-    matrices = (
-        {n: headline_matrix(entries, n, used) for n in names}
-        if calibrated and entries is not None and used
-        else {}
-    )
-    if calibrated:
-        score = np.array([headline_score(wide.loc[n, used].to_numpy()) for n in names])
-        intervals = [
-            headline_ci(matrices[n].to_numpy(), aggregate, seed) if n in matrices else (np.nan,) * 2
-            for n in names
-        ]
+    if entries is not None and used:
+        matrices = {n: headline_matrix(entries, n, used, value_column) for n in names}
     else:
-        ranks = pd.DataFrame(
-            {
-                p: wide[p].rank(ascending=directions[p] == "lower", method="average")
-                for p in protocols
-            }
-        )
-        score = ranks.mean(axis=1, skipna=True).to_numpy()
-        intervals = [(np.nan, np.nan)] * len(names)
-    full = [
-        entries is None or (covered[n] == n_perturbations and scored[n] == n_protocols)
-        for n in names
+        # Without per-perturbation rows each entry's aggregates stand for one row.
+        matrices = {n: wide.loc[[n], used].reset_index(drop=True) for n in names}
+    models = [n for n in names if kinds[n] == "model"]
+    coverage = ranking_coverage(matrices, models, used)
+    full = [entries is None or covers(matrices[n], coverage) for n in names]
+    ranked_names = [n for n, f in zip(names, full, strict=True) if f]
+
+    def score_of(chosen: Sequence[str], where: Coverage) -> dict[str, float]:
+        values = {n: restricted(matrices[n], where) for n in chosen}
+        return scores_on(values, [directions[p] for p in where.protocols], aggregate, calibrated)
+
+    ranked_scores = score_of(ranked_names, coverage)
+    score, listing = [], []
+    for name, is_full in zip(names, full, strict=True):
+        if is_full:
+            score.append(ranked_scores[name])
+            listing.append(RANKED)
+            continue
+        own = entry_coverage(matrices[name], used)
+        mine = score_of([*ranked_names, name], own) if own.protocols else {name: np.nan}
+        score.append(mine[name])
+        listing.append(_apart_text(name, mine, ranked_names))
+    ranks = competition_ranks([s if f else np.nan for s, f in zip(score, full, strict=True)])
+    # An entry listed apart takes the rank it would have among the ranked ones on its
+    # own coverage, so every scored row has a rank; `listing` says which kind it is.
+    order = [
+        _apart_rank(text) if text != RANKED else r for text, r in zip(listing, ranks, strict=True)
     ]
-    listing = [
-        RANKED
-        if is_full
-        else _apart_text(
-            name, value, [m for m, f in zip(names, full, strict=True) if f], matrices, aggregate
+    intervals = [
+        headline_ci(
+            restricted(matrices[n], coverage if f else entry_coverage(matrices[n], used)),
+            aggregate,
+            seed,
         )
-        for name, value, is_full in zip(names, score, full, strict=True)
+        if calibrated and entries is not None and used
+        else (np.nan, np.nan)
+        for n, f in zip(names, full, strict=True)
     ]
+    n_perturbations = len(coverage.rows) if entries is not None else 0
     table["score"] = score
     table["ci_low"] = [low for low, _ in intervals]
     table["ci_high"] = [high for _, high in intervals]
-    ranked = pd.Series(np.where(full, score, np.nan))
-    order = ranked.rank(ascending=not calibrated, method="min")
-    # An entry listed apart takes the rank it would have among the ranked ones on its
-    # own coverage, so every scored row has a rank; `listing` says which kind it is.
-    apart_ranks = [_apart_rank(text) for text in listing]
-    order = pd.Series([r if r is not None else o for r, o in zip(apart_ranks, order, strict=True)])
-    table["rank"] = pd.array(order.to_numpy(dtype=np.float64), dtype="Int64")
-    table["perturbations"] = [f"{covered[n]}/{n_perturbations}" for n in names]
-    table["protocols"] = [f"{scored[n]}/{n_protocols}" for n in names]
+    table["rank"] = pd.array(np.asarray(order, dtype=np.float64), dtype="Int64")
+    table["perturbations"] = [
+        f"{_count_rows(matrices[n], coverage)}/{n_perturbations}" for n in names
+    ]
+    n_protocols = len(coverage.protocols)
+    table["protocols"] = [
+        f"{len(entry_coverage(matrices[n], coverage.protocols).protocols)}/{n_protocols}"
+        for n in names
+    ]
     table["listing"] = listing
     # The table names each flag; the sentences with the evidence go under it.
     table["flags"] = [
         "; ".join(f.partition(":")[0] for f in flag_lists.get(n, [])) or NO_FLAGS for n in names
     ]
+    second = _population_ranking(matrices, models, used, population, coverage)
+    if second is not None:
+        cell_names = [n for n in names if covers(matrices[n], second)]
+        second_scores = score_of(cell_names, second)
+        values = [second_scores.get(n, np.nan) for n in names]
+        table["population_score"] = values
+        table["population_rank"] = pd.array(competition_ranks(values), dtype="Int64")
     for protocol in protocols:
         table[protocol] = wide[protocol].to_numpy()
     # Ranked entries first by rank; those listed apart below, best score first.
-    sort_score = -table["score"] if calibrated else table["score"]
     table = (
-        table.assign(_apart=table["listing"] != RANKED, _score=sort_score)
+        table.assign(_apart=table["listing"] != RANKED, _score=-table["score"])
         .sort_values(["_apart", "_score", "model"], na_position="last")
         .drop(columns=["_apart", "_score"])
         .reset_index(drop=True)
     )
-    notes = []
+    sentence = ranking_sentence(coverage, used, models, calibrated, second)
+    notes = [sentence]
     apart = table.loc[table["listing"] != RANKED, "model"].tolist()
     if apart:
         notes.append(
-            "Listed apart, not ranked among the others (they cover fewer than the "
-            f"{n_perturbations} perturbations or {n_protocols} trusted protocols of the ranked "
-            f"entries; their score is over what they cover): {', '.join(map(str, apart))}. "
-            "'rank k of m on "
-            "its coverage': its place among the ranked entries when those are scored on the "
-            "same perturbations and protocols."
+            "Listed apart, not ranked among the others (they do not cover the "
+            f"{len(coverage.protocols)} protocols and {n_perturbations} perturbations of the "
+            f"ranking; their score is over what they cover): {', '.join(map(str, apart))}. "
+            "'rank k of m on its coverage': its place among the ranked entries when those "
+            "are scored on the same perturbations and protocols."
         )
     return Leaderboard(
         table=table,
@@ -325,4 +322,112 @@ def build_leaderboard(
         calibrated=calibrated,
         notes=notes,
         flags=flag_lists,
+        ranking=sentence,
+        ranked_protocols=list(coverage.protocols),
+        population_protocols=list(second.protocols) if second is not None else [],
     )
+
+
+def _count_rows(matrix: pd.DataFrame, coverage: Coverage) -> int:
+    """Perturbations of a coverage on which an entry has a value."""
+    values = restricted(matrix, coverage)
+    return int(np.isfinite(values).any(axis=1).sum()) if values.size else 0
+
+
+def _population_ranking(
+    matrices: Mapping[str, pd.DataFrame],
+    models: Sequence[str],
+    used: Sequence[str],
+    population: Sequence[str],
+    first: Coverage,
+) -> Coverage | None:
+    """The coverage of the cell-level models' second ranking, or None when there is none."""
+    cells = [p for p in used if p in set(population)]
+    if not cells or set(cells) <= set(first.protocols):
+        return None
+    cell_models = [m for m in models if entry_coverage(matrices[m], cells).protocols]
+    if not cell_models:
+        return None
+    second = ranking_coverage({m: matrices[m] for m in cell_models}, cell_models, cells)
+    return second if second.protocols else None
+
+
+def _apart_text(name: str, scores: Mapping[str, float], ranked: Sequence[str]) -> str:
+    """``listed apart``, with the entry's place among the ranked ones on its own coverage."""
+    value = scores.get(name, np.nan)
+    if not np.isfinite(value) or not ranked:
+        return APART
+    better = sum(int(scores[other] > value) for other in ranked)
+    return f"{APART}; rank {better + 1} of {len(ranked) + 1} on its coverage"
+
+
+def _apart_rank(listing: str) -> float:
+    """The rank on its coverage written in an entry's ``listing`` (NaN when none)."""
+    _, found, rest = listing.partition("; rank ")
+    return float(rest.split(" ")[0]) if found else float("nan")
+
+
+def _names(items: Sequence[str]) -> str:
+    return ", ".join(items) if items else "none"
+
+
+def ranking_sentence(
+    coverage: Coverage,
+    used: Sequence[str],
+    models: Sequence[str],
+    calibrated: bool,
+    second: Coverage | None = None,
+) -> str:
+    """The sentence saying which protocols and perturbations the ranks use.
+
+    Parameters
+    ----------
+    coverage
+        The ranking coverage.
+    used
+        The protocols that could be used (the trusted ones).
+    models
+        The user models.
+    calibrated
+        Calibrated or plain mode (``trusted protocols`` or ``protocols``).
+    second
+        The coverage of the cell-level models' second ranking, if any.
+
+    Returns
+    -------
+    str
+        For example ``Ranks use the 25 of the 30 trusted protocols that every model
+        (m1, m2) covers, all but energy_pca, mmd_pca, ...; over the 33 perturbations
+        they all cover; ties share ...``.
+
+    """
+    kind = "trusted protocols" if calibrated else "protocols"
+    n_rows = len(coverage.rows)
+    left = [p for p in used if p not in coverage.protocols]
+    # Name the shorter list: the protocols used, or those left out.
+    which = (
+        f"namely {_names(coverage.protocols)}"
+        if len(coverage.protocols) <= len(left)
+        else f"all but {_names(left)}"
+    )
+    if models:
+        whose = f"every model ({_names(models)}) covers"
+        if len(coverage.protocols) == len(used):
+            head = f"Ranks use all {len(used)} {kind}, which {whose}"
+        else:
+            head = (
+                f"Ranks use the {len(coverage.protocols)} of the {len(used)} {kind} that "
+                f"{whose if coverage.shared else 'the best-covering model covers'}, {which}"
+            )
+        rows = f"over the {n_rows} perturbations they all cover"
+    else:
+        head = f"Ranks use all {len(used)} {kind}"
+        rows = f"over the {n_rows} perturbations scored"
+    sentence = f"{head}; {rows}; {TIE_RULE}."
+    if second is not None:
+        sentence += (
+            f" population_rank ranks the cell-level models and every entry with cells again "
+            f"on the {len(second.protocols)} population {kind} they all cover "
+            f"({_names(second.protocols)}), over {len(second.rows)} perturbations."
+        )
+    return sentence

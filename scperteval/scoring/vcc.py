@@ -56,6 +56,8 @@ __all__ = [
 CHALLENGE_TERMS = ("discrimination_score_l1", "mae", "overlap_at_N")
 #: The leaderboard column holding the challenge's score.
 VCC_COLUMN = "vcc_score"
+#: The terms an entry's ``vcc_score`` counts as 0 because it has no value for them.
+VCC_UNSCORED_COLUMN = "vcc_terms_as_zero"
 #: What defines a protocol's values (its name and controls aside).
 _DEFINING = ("metric", "representation", "scope", "space", "centering")
 
@@ -250,6 +252,31 @@ def vcc_column(
     return {str(name): float(value) for name, value in scores["avg_score"].items()}, ""
 
 
+def unscored_terms(results: pd.DataFrame) -> dict[str, list[str]]:
+    """Per entry, the challenge's terms on which it has no value (counted as 0).
+
+    Parameters
+    ----------
+    results
+        The run's tidy results table.
+
+    Returns
+    -------
+    dict
+        Entry (``model`` and ``baseline`` rows) to the terms of :data:`CHALLENGE_TERMS`
+        whose mean over perturbations (by :func:`metric_means`) is NaN or absent.
+
+    """
+    entries = results[
+        results["source"].isin(("model", "baseline")) & results["protocol"].isin(CHALLENGE_TERMS)
+    ]
+    means = metric_means(entries).reindex(columns=list(CHALLENGE_TERMS))
+    return {
+        str(name): [t for t in CHALLENGE_TERMS if not np.isfinite(float(row[t]))]
+        for name, row in means.iterrows()
+    }
+
+
 def add_vcc_column(
     board: Leaderboard, results: pd.DataFrame, protocols: pd.DataFrame, calibrated: bool
 ) -> None:
@@ -279,3 +306,17 @@ def add_vcc_column(
             f"{CELL_EVAL_MEAN} (1 - u/b for mae, (u - b)/(1 - b) for the others, NaN and "
             "negative values as 0)."
         )
+    if not reason:
+        unscored = unscored_terms(results)
+        board.table[VCC_UNSCORED_COLUMN] = [
+            "; ".join(unscored.get(str(n), [])) or "none" if str(n) in scores else "-"
+            for n in board.table["model"]
+        ]
+        named = {n: unscored[n] for n in map(str, board.table["model"]) if unscored.get(n)}
+        if named:
+            board.notes.append(
+                f"{VCC_COLUMN} counts as 0 the terms an entry has no value for ("
+                + "; ".join(f"{n}: {', '.join(terms)}" for n, terms in named.items())
+                + f"; the reasons are in failures.csv): its {VCC_COLUMN} is not comparable "
+                "with an entry scored on all three."
+            )

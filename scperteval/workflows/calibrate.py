@@ -14,8 +14,10 @@ from scperteval.engine.calibrators import Thresholds, calibration_table, verdict
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS
 from scperteval.engine.failures import failure_counts, failure_lines
 from scperteval.engine.population_cap import DEFAULT_MAX_POPULATION_CELLS, NO_CAP
+from scperteval.errors import SpecError
 from scperteval.outputs import staged_output
 from scperteval.runinfo import Timer, write_atomic, write_run_json
+from scperteval.scoring.trust import MIN_PERTURBATIONS, apply_evidence
 from scperteval.workflows.steps import (
     check_job_options,
     open_engine,
@@ -45,6 +47,10 @@ class CalibrationResult:
         Thresholds of the ``trusted`` verdict.
     info
         Run information (dataset, options, timings, failures).
+    min_perturbations
+        Fewest perturbations with both controls defined a protocol needs to be
+        trusted (the rule ``score`` and ``report`` apply, see
+        :mod:`scperteval.scoring.trust`).
 
     """
 
@@ -53,6 +59,7 @@ class CalibrationResult:
     protocols: pd.DataFrame
     thresholds: Thresholds
     info: dict[str, Any] = field(default_factory=dict)
+    min_perturbations: int = MIN_PERTURBATIONS
 
     @property
     def n_failed(self) -> int:
@@ -61,8 +68,14 @@ class CalibrationResult:
 
     def overall(self) -> pd.DataFrame:
         """One row per protocol: the overall calibration with the reason when untrusted."""
-        table = self.calibration[self.calibration["covariate"] == "all"].drop(columns="covariate")
-        reasons = verdict_reasons(self.calibration, self.thresholds)
+        # The evidence rule is applied here too, so a table built without it (by
+        # calibration_table alone) gets the verdict score and report give.
+        calibration, reasons = apply_evidence(
+            self.calibration,
+            verdict_reasons(self.calibration, self.thresholds),
+            self.min_perturbations,
+        )
+        table = calibration[calibration["covariate"] == "all"].drop(columns="covariate")
         table = table.assign(reason=table["protocol"].map(reasons))
         return table.reset_index(drop=True)
 
@@ -126,6 +139,7 @@ def calibrate(
     de_tables: Any = (),
     out: str | Path | None = None,
     progress: bool | None = None,
+    min_perturbations: int = MIN_PERTURBATIONS,
     **dataset_options: Unpack[DatasetOptions],
 ) -> CalibrationResult:
     """Score each protocol's positive and negative controls and judge its calibration.
@@ -177,6 +191,10 @@ def calibrate(
         and ``run.json``.
     progress
         Show progress bars (default: when stderr is a terminal).
+    min_perturbations
+        Fewest perturbations with both controls defined a protocol needs to be
+        trusted (default 10, the rule of ``score`` and ``report``; see
+        :mod:`scperteval.scoring.trust` for why 10).
     **dataset_options
         How to read the dataset: ``perturbation_key``, ``control_label``,
         ``covariate_key``, ``layer``, ``min_cells``, ``normalize``, ``subset``,
@@ -191,6 +209,10 @@ def calibrate(
     timer = Timer()
     started = time.time()
     thresholds = thresholds or Thresholds()
+    if isinstance(min_perturbations, bool) or not isinstance(min_perturbations, int):
+        raise SpecError(f"min_perturbations must be a whole number, got {min_perturbations!r}")
+    if min_perturbations < 1:
+        raise SpecError(f"min_perturbations must be at least 1, got {min_perturbations}")
     # Options both the checks and the engine take.
     shared = {"seed": seed, "de_method": de_method, "device": device, "precision": precision}
     chosen, workers, cap = check_job_options(
@@ -213,9 +235,13 @@ def calibrate(
     )
     meta = {p.name: {"better": p.better, "perfect": p.perfect} for p in chosen}
     with timer.step("calibration"):
-        table = calibration_table(results, meta, thresholds)
+        table, _ = apply_evidence(
+            calibration_table(results, meta, thresholds), {}, min_perturbations
+        )
     info = {**run_summary(engine, results), "timings_seconds": timer.seconds}
-    result = CalibrationResult(results, table, protocol_table(chosen), thresholds, info)
+    result = CalibrationResult(
+        results, table, protocol_table(chosen), thresholds, info, min_perturbations
+    )
     if out is None:
         return result
     assert checksum is not None
@@ -233,6 +259,7 @@ def calibrate(
             "max_population_cells": NO_CAP if cap is None else cap,
             "pair_backend": engine.pairs.name,
             "thresholds": thresholds.as_dict(),
+            "min_perturbations": min_perturbations,
         }
         write_run_json(
             folder / "run.json",
