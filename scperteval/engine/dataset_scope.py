@@ -64,7 +64,7 @@ def dataset_rows(
         its reason, for that candidate (or, before any candidate, for all).
 
     """
-    conditions = engine.conditions_of(covariate)
+    conditions = engine.scored_conditions_of(covariate)
     # Registered sources (no getter of their own) are fixed for the engine.
     named = [(c.role, *c.resolve(protocol), c.getter is None) for c in candidates]
     rows: list[dict[str, Any]] = []
