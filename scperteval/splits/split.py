@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from scperteval.data.dataset import COMBINATION_SEPARATOR
 from scperteval.errors import SpecError
 
 __all__ = ["Split", "Perturbation"]
@@ -111,9 +112,7 @@ class Split:
         )
 
     @classmethod
-    def from_roles(
-        cls, role_of: Mapping[Perturbation, str], *, origin: str = "user"
-    ) -> Split:
+    def from_roles(cls, role_of: Mapping[Perturbation, str], *, origin: str = "user") -> Split:
         """A single train/validation/test split, as the one fold ``"test"``.
 
         Parameters
@@ -162,6 +161,42 @@ class Split:
         """Every perturbation some fold holds out."""
         return frozenset(self._fold_of)
 
+    def category(self, fold: str, perturbation: Perturbation) -> int | None:
+        """How many single perturbations of a combination ``A+B`` fold ``fold`` trains on.
+
+        Parameters
+        ----------
+        fold
+            A fold of the split.
+        perturbation
+            ``(covariate, label)``; a combination's singles are looked up in the
+            same covariate group.
+
+        Returns
+        -------
+        int or None
+            ``0``, ``1`` or ``2`` for a two-perturbation combination (its singles
+            "seen" in training: none, one, both); ``None`` for a single perturbation.
+
+        Raises
+        ------
+        SpecError
+            For a fold the split does not have.
+
+        """
+        if fold not in self.train:
+            raise SpecError(f"split: no fold {fold!r}; folds: {', '.join(self.folds)}")
+        covariate, label = perturbation
+        singles = [part for part in label.split(COMBINATION_SEPARATOR) if part]
+        if len(singles) < 2:
+            return None
+        return sum((covariate, single) in self.train[fold] for single in singles)
+
+    def is_k_fold(self) -> bool:
+        """Whether every fold trains on exactly the perturbations the other folds hold out."""
+        everything = self.held_out()
+        return all(self.train[fold] == everything - self.test[fold] for fold in self.folds)
+
     def to_frame(self) -> pd.DataFrame:
         """One row per perturbation and fold: ``covariate, perturbation, fold, role``."""
         rows = [
@@ -193,4 +228,3 @@ class Split:
 def _name(perturbation: Perturbation) -> str:
     covariate, label = perturbation
     return repr(label) if covariate == "all" else f"{label!r} ({covariate})"
-
