@@ -198,7 +198,6 @@ def _run_protocols(
 
 def _ordered_tasks(engine: Engine, protocols: Sequence[Protocol]) -> list[Task]:
     """The run's tasks, those that need no shared space first."""
-    layout = engine.context.layout
     ordered: list[tuple[tuple[bool, str, int, int], Task]] = []
     grouped: dict[tuple[bool, str], list[Protocol]] = {}
     for index, protocol in enumerate(protocols):

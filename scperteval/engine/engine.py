@@ -25,8 +25,8 @@ from scperteval.stats.groups import GroupStats, merge_groups, subtract_group
 
 if TYPE_CHECKING:
     from scperteval.engine.featuremap import FeatureMap
-    from scperteval.splits.split import Split
     from scperteval.kernels.threads import Threads
+    from scperteval.splits.split import Split
 
 __all__ = ["Engine"]
 
@@ -182,13 +182,8 @@ class Engine:
         Parameters
         ----------
         split
-            The folds; every evaluated perturbation of the data must be in one.
-
-        Raises
-        ------
-        SpecError
-            When the split does not cover the data's perturbations (see
-            :func:`~scperteval.engine.folds.check_split_covers`).
+            The folds, checked against the data
+            (:func:`~scperteval.splits.reading.read_split`).
 
         """
         self.folds = FoldPlan.build(split, self.context.layout)

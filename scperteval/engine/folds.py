@@ -14,49 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from scperteval.data.layout import GroupLayout
-from scperteval.errors import SpecError
 from scperteval.splits.split import Split
 
-__all__ = ["FoldPlan", "check_split_covers"]
-
-
-def check_split_covers(split: Split, layout: GroupLayout) -> None:
-    """Refuse a split that names perturbations the data lacks or misses evaluated ones.
-
-    Parameters
-    ----------
-    split
-        The folds.
-    layout
-        The dataset's evaluated perturbations.
-
-    Raises
-    ------
-    SpecError
-        On a perturbation of the split that is not evaluated in the data, a
-        perturbation of the data in no fold (neither held out nor trained on), or a
-        fold without training perturbations.
-
-    """
-    known = {(c.covariate, c.perturbation) for c in layout.conditions}
-    listed = set(split.held_out()).union(*split.train.values())
-    unknown = sorted(listed - known)
-    if unknown:
-        covariate, label = unknown[0]
-        raise SpecError(
-            f"split: perturbation {label!r} (covariate {covariate!r}) is not an evaluated "
-            f"perturbation of the data ({len(unknown)} unknown)"
-        )
-    missing = sorted(known - listed)
-    if missing:
-        covariate, label = missing[0]
-        raise SpecError(
-            f"split: perturbation {label!r} (covariate {covariate!r}) is in no fold "
-            f"({len(missing)} of the data's perturbations missing)"
-        )
-    for fold in split.folds:
-        if split.test[fold] and not split.train[fold]:
-            raise SpecError(f"split: fold {fold!r} has no training perturbations")
+__all__ = ["FoldPlan"]
 
 
 @dataclass(frozen=True)
@@ -81,8 +41,12 @@ class FoldPlan:
 
     @classmethod
     def build(cls, split: Split, layout: GroupLayout) -> FoldPlan:
-        """Resolve ``split`` on ``layout`` (checked by :func:`check_split_covers`)."""
-        check_split_covers(split, layout)
+        """Resolve ``split`` on ``layout``.
+
+        Perturbations of the split that the layout lacks (left out for too few
+        cells) are ignored; checking the split against the data is
+        :func:`~scperteval.splits.reading.read_split`'s.
+        """
         folds = split.folds
         names = [(c.covariate, c.perturbation) for c in layout.conditions]
         fold_of = np.full(len(names), -1, dtype=np.int64)

@@ -18,8 +18,9 @@ The linear baseline, for a perturbation ``p``, is fitted on the centroids of the
 *other* perturbations of the covariate group (all their cells) and on the
 control mean; it never sees any cell of ``p``. Under a split, every source and
 the linear baseline pool the training perturbations of ``p``'s fold instead of
-all the others (the linear baseline is then fitted once per fold and group). ``cell_eval_mean`` is built as
-cell-eval builds it, from every cell, ``p``'s included.
+all the others (the linear baseline is then fitted once per fold and group).
+``cell_eval_mean`` is built as cell-eval builds it, from every cell, ``p``'s
+included (it is not scored under a split).
 """
 
 from __future__ import annotations

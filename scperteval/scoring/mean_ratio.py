@@ -1,4 +1,4 @@
-"""Ahlmann-Eltze, Huber & Anders's criterion: does a model beat the training-mean baseline?
+"""Ahlmann-Eltze, Huber & Anders's criterion: a model against the training-mean baseline.
 
 For each held-out perturbation ``p`` the error ratio ``r_p = e_model(p) / e_mean(p)``
 of a model's error to the error of the Mean baseline (the mean of the training
