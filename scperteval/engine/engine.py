@@ -194,12 +194,27 @@ class Engine:
             return np.arange(self.context.layout.n_conditions)
         return self.folds.scored()
 
-    def scored_conditions_of(self, covariate: int) -> np.ndarray:
-        """The scored conditions of one covariate group (rank metrics' candidate pool)."""
+    def candidate_pools(self, covariate: int) -> list[tuple[str | None, np.ndarray]]:
+        """The sets of perturbations that rank metrics rank a group's perturbations among.
+
+        Returns
+        -------
+        list of tuple
+            ``(fold, conditions)``: without a split, one pool of every condition of
+            the group (fold ``None``); under a split, one per fold that holds some
+            of the group out, of its test perturbations, so that a fold's values
+            are those of scoring it alone.
+
+        """
         conditions = self.conditions_of(covariate)
         if self.folds is None:
-            return conditions
-        return conditions[self.folds.fold_of[conditions] >= 0]
+            return [(None, conditions)]
+        fold_of = self.folds.fold_of[conditions]
+        return [
+            (name, conditions[fold_of == index])
+            for index, name in enumerate(self.folds.split.folds)
+            if np.any(fold_of == index)
+        ]
 
     def training_conditions(self, condition: int) -> np.ndarray:
         """The perturbations pooled for ``condition``: its fold's training ones, in its group.
