@@ -114,7 +114,25 @@ def bad_files(small_path) -> Path:
             f'[[protocol]]\nname = "{name}"\nmetric = "{metric}"\n'
             'negative = "matched_perturbed_sample"\n'
         )
+    _write_bad_splits(folder, sorted(set(truth.obs["perturbation"].astype(str)) - {"control"}))
     return folder
+
+
+def _write_bad_splits(folder: Path, labels: list[str]) -> None:
+    """Split tables of the small dataset's four perturbations, each wrong in one way."""
+    import pandas as pd
+
+    folds = [str(i % 2) for i in range(len(labels))]
+    tables = {
+        "missing": {"perturbation": labels[1:], "fold": folds[1:]},
+        "unknown": {"perturbation": [*labels, labels[0] + "x"], "fold": [*folds, "0"]},
+        "overlap": {"perturbation": [*labels, labels[0]], "fold": [*folds, "1"]},
+        "one_fold": {"perturbation": labels, "fold": ["0"] * len(labels)},
+        "role": {"perturbation": labels, "role": ["train", "training", "test", "val"]},
+        "columns": {"gene": labels, "fold": folds},
+    }
+    for name, columns in tables.items():
+        pd.DataFrame(columns).to_csv(folder / f"split_{name}.csv", index=False)
 
 
 #: (case id, arguments, pattern of the error line)
@@ -682,6 +700,106 @@ CASES: list[tuple[str, list[str], str]] = [
         "distances: unknown group",
         ["distances", "{data}", "--groupby", "perturbation", "--groups", "zz", "--out", "{out}"],
         r"group 'zz'",
+    ),
+    # Cross-validation splits: drawing one, and reading the user's own.
+    (
+        "split into one fold",
+        ["split", "{data}", "--folds", "1", "--out", "{out}.csv"],
+        r"--folds must be at least 2, got 1",
+    ),
+    (
+        "split into no folds",
+        ["split", "{data}", "--folds", "0", "--out", "{out}.csv"],
+        r"--folds must be at least 2, got 0",
+    ),
+    (
+        "more folds than perturbations",
+        ["split", "{data}", "--folds", "5", "--out", "{out}.csv"],
+        r"5 folds but only 4 perturbation\(s\): .*use at most 4 folds",
+    ),
+    (
+        "split seed as a word",
+        ["split", "{data}", "--seed", "one", "--out", "{out}.csv"],
+        r"--seed: invalid int value: 'one'",
+    ),
+    (
+        "negative split seed",
+        ["split", "{data}", "--seed", "-1", "--out", "{out}.csv"],
+        r"seed must be a whole number of at least 0, got -1",
+    ),
+    (
+        "split table of no known type",
+        ["split", "{data}", "--out", "{out}"],
+        r"unknown file type '\(none\)'; use \.csv, \.tsv, \.parquet",
+    ),
+    (
+        "split table in a folder that is missing",
+        ["split", "{data}", "--out", "{tmp}/absent/split.csv"],
+        r"folder .*absent does not exist",
+    ),
+    (
+        "unwritable split table",
+        ["split", "{data}", "--out", "/proc/1/split.csv"],
+        r"folder /proc/1 is not writable",
+    ),
+    (
+        "split table that is a folder",
+        ["split", "{data}", "--out", "{bad}"],
+        r"unknown file type|is an existing folder",
+    ),
+    (
+        "split from a missing file",
+        ["split", "{data}", "--from", "{tmp}/absent.csv", "--out", "{out}.csv"],
+        r"split table '.*absent\.csv' not found",
+    ),
+    (
+        "split from a file and folds",
+        [
+            "split",
+            "{data}",
+            "--from",
+            "{bad}/split_missing.csv",
+            "--folds",
+            "3",
+            "--out",
+            "{out}.csv",
+        ],
+        r"--from reads a split as it is; leave out --folds and --seed",
+    ),
+    (
+        "split that misses a perturbation",
+        ["split", "{data}", "--from", "{bad}/split_missing.csv", "--out", "{out}.csv"],
+        r"split_missing\.csv misses 1 of the data's 4 perturbations: 'G10'; give each a fold",
+    ),
+    (
+        "split that lists an unknown perturbation",
+        ["split", "{data}", "--from", "{bad}/split_unknown.csv", "--out", "{out}.csv"],
+        r"perturbation 'G10x' is not in the data \(nearest label in the data: 'G10'\)",
+    ),
+    (
+        "split with overlapping folds",
+        ["split", "{data}", "--from", "{bad}/split_overlap.csv", "--out", "{out}.csv"],
+        r"'G10' is in folds '0' and '1'; each perturbation belongs to one fold",
+    ),
+    (
+        "split fold without training perturbations",
+        ["split", "{data}", "--from", "{bad}/split_one_fold.csv", "--out", "{out}.csv"],
+        r"fold '0' has no training perturbations; every fold must train on",
+    ),
+    (
+        "split with a bad role",
+        ["split", "{data}", "--from", "{bad}/split_role.csv", "--out", "{out}.csv"],
+        r"'G24' has role 'training'; roles are 'train', 'val' or 'test'",
+    ),
+    (
+        "split table without its columns",
+        ["split", "{data}", "--from", "{bad}/split_columns.csv", "--out", "{out}.csv"],
+        r"no perturbation column \(columns: gene, fold\); a split table has columns perturbation",
+    ),
+    (
+        "split from an obs column that is missing",
+        ["split", "{data}", "--from", "obs:fold", "--out", "{out}.csv"],
+        r"split column 'fold' not found in obs; available columns: perturbation",
     ),
 ]
 
