@@ -27,7 +27,7 @@ __all__ = [
 BOOTSTRAP_RESAMPLES = 10_000
 #: The baseline the errors are divided by (training-fold mean under a split).
 CRITERION_BASELINE = "dataset_mean"
-CRITERION_COLUMNS = [
+CRITERION_COLUMNS = (
     "model",
     "kind",
     "protocol",
@@ -36,7 +36,7 @@ CRITERION_COLUMNS = [
     "ci_low",
     "ci_high",
     "outperforms",
-]
+)
 #: Resamples drawn at a time: bounds the index matrix to ``chunk x n`` integers.
 _CHUNK = 1000
 
@@ -146,4 +146,4 @@ def mean_ratio_table(
                     "outperforms": bool(high < 1.0),
                 }
             )
-    return pd.DataFrame(rows, columns=CRITERION_COLUMNS)
+    return pd.DataFrame(rows, columns=list(CRITERION_COLUMNS))

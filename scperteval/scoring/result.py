@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
@@ -22,11 +23,13 @@ WINS_FILE = "win_tie_loss.csv"
 PROTOCOL_SCORES_FILE = "leaderboard_protocols.csv"
 
 #: Tables of a run under a split, by file (written only under a split).
-SPLIT_FILES = {
-    "fold_scores.csv": "fold_scores",
-    "leaderboard_folds.csv": "fold_summary",
-    "mean_ratio.csv": "criterion",
-}
+SPLIT_FILES = MappingProxyType(
+    {
+        "fold_scores.csv": "fold_scores",
+        "leaderboard_folds.csv": "fold_summary",
+        "mean_ratio.csv": "criterion",
+    }
+)
 
 RESULT_FILE = "results.parquet"
 RUN_FILE = "run.json"
