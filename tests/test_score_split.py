@@ -13,6 +13,7 @@ from scperteval.errors import DatasetError, SpecError
 from scperteval.scoring.mean_ratio import error_ratio_interval
 from scperteval.simulation import simulate, simulate_predictions
 from scperteval.splits.split import Split
+from scperteval.workflows.report import report
 from scperteval.workflows.score import score
 
 N_FOLDS = 4
@@ -247,6 +248,9 @@ def test_single_test_fold_scores_only_its_perturbations(simulated, split, model,
     assert record["options"]["split"]["folds"] == {"test": len(split.test[fold])}
     for name in ("fold_scores.csv", "leaderboard_folds.csv", "mean_ratio.csv"):
         assert (tmp_path / "run" / name).is_file()
+    # The stored results re-derive to the same pooled leaderboard.
+    again = report(tmp_path / "run", out=tmp_path / "again", figures=False)
+    pd.testing.assert_frame_equal(again.leaderboard.headline, result.leaderboard.headline)
 
 
 def test_additive_and_linear_use_training_perturbations_only(simulated, split, model):
