@@ -308,3 +308,22 @@ def test_error_ratio_interval_is_a_percentile_bootstrap():
     # The same resamples; their means differ only by summation order.
     assert (low, high) == pytest.approx(tuple(np.percentile(means, [2.5, 97.5])), rel=1e-12)
     assert all(np.isnan(error_ratio_interval(np.array([]), seed=0)))
+
+
+def test_terminal_lines_name_the_models_the_criterion_passes(simulated, split, model):
+    from scperteval.cli._score import split_lines
+
+    result = score(
+        simulated, {"m": model}, protocols="mse", truth="all", split=split, figures=False
+    )
+    lines = split_lines(result)
+    sizes = ", ".join(f"{fold}: {len(split.test[fold])}" for fold in split.folds)
+    assert lines[0] == f"split generated: {len(split.folds)} fold(s) ({sizes} held out)"
+    summary = result.fold_summary
+    passing = summary.loc[summary["outperforms_mean"].eq(True), "model"].tolist()
+    assert passing == [
+        m
+        for m in summary["model"]
+        if bool(summary.set_index("model").loc[m, "mean_ratio_high"] < 1)
+    ]
+    assert lines[1].endswith(": " + (", ".join(passing) if passing else "none"))
