@@ -327,3 +327,29 @@ def test_terminal_lines_name_the_models_the_criterion_passes(simulated, split, m
         if bool(summary.set_index("model").loc[m, "mean_ratio_high"] < 1)
     ]
     assert lines[1].endswith(": " + (", ".join(passing) if passing else "none"))
+
+
+def test_criterion_table_on_hand_made_errors():
+    from scperteval.scoring.mean_ratio import mean_ratio_table
+
+    rows = []
+    for label, base, good, flat in (
+        ("a", 2.0, 1.0, 0.0),
+        ("b", 4.0, 1.0, 3.0),
+        ("c", 0.0, 1.0, 1.0),
+    ):
+        for kind, name, value in (
+            ("baseline", "dataset_mean", base),
+            ("model", "good", good),
+            ("model", "empty", np.nan),
+            ("baseline", "flat", flat),
+        ):
+            rows.append(("all", label, "l2", kind, name, value))
+    results = pd.DataFrame(rows, columns=[*KEYS, "value"])
+    table = mean_ratio_table(results, ["l2"], seed=3, resamples=200).set_index("model")
+    # c has a zero baseline error: no ratio. good: 1/2 and 1/4.
+    assert table.loc["good", "n"] == 2
+    assert table.loc["good", "mean_ratio"] == pytest.approx(0.375)
+    assert table.loc["good", "outperforms"] is True
+    assert table.loc["flat", "mean_ratio"] == pytest.approx((0.0 + 0.75) / 2)
+    assert table.loc["empty", "n"] == 0 and table.loc["empty", "outperforms"] is pd.NA

@@ -110,7 +110,8 @@ def mean_ratio_table(
     pandas.DataFrame
         :data:`CRITERION_COLUMNS`: per entry and protocol, the perturbations with a
         finite ratio (``n``), the mean ratio, its interval and ``outperforms``
-        (upper end below 1). Empty when the baseline was not scored.
+        (upper end below 1; NA without a finite ratio). Empty when the baseline
+        was not scored.
 
     """
     rows = []
@@ -143,7 +144,8 @@ def mean_ratio_table(
                     "mean_ratio": mean,
                     "ci_low": low,
                     "ci_high": high,
-                    "outperforms": bool(high < 1.0),
+                    # Undecided (NA), not a loss, without a single finite ratio.
+                    "outperforms": bool(high < 1.0) if np.isfinite(high) else pd.NA,
                 }
             )
     return pd.DataFrame(rows, columns=list(CRITERION_COLUMNS))
