@@ -115,6 +115,7 @@ def bad_files(small_path) -> Path:
             'negative = "matched_perturbed_sample"\n'
         )
     _write_bad_splits(folder, sorted(set(truth.obs["perturbation"].astype(str)) - {"control"}))
+    _write_split_predictions(folder, good)
     return folder
 
 
@@ -133,6 +134,29 @@ def _write_bad_splits(folder: Path, labels: list[str]) -> None:
     }
     for name, columns in tables.items():
         pd.DataFrame(columns).to_csv(folder / f"split_{name}.csv", index=False)
+
+
+def _write_split_predictions(folder: Path, good) -> None:  # type: ignore[no-untyped-def]
+    """Two valid splits of the small dataset and per-fold predictions that do not fit them."""
+    import pandas as pd
+
+    labels = list(good["perturbation"])
+    folds = [str(i % 2) for i in range(len(labels))]
+    pd.DataFrame({"perturbation": labels, "fold": folds}).to_csv(
+        folder / "split_two_folds.csv", index=False
+    )
+    roles = ["train", "train", "test", "test"][: len(labels)]
+    pd.DataFrame({"perturbation": labels, "role": roles}).to_csv(
+        folder / "split_roles.csv", index=False
+    )
+    misnamed = folder / "per_fold_misnamed"
+    misnamed.mkdir()
+    swapped = folder / "per_fold_swapped"
+    swapped.mkdir()
+    for fold in ("0", "1"):
+        own = good[[f == fold for f in folds]]
+        own.to_csv(misnamed / f"fold{fold}.csv", index=False)
+        own.to_csv(swapped / f"{1 - int(fold)}.csv", index=False)
 
 
 #: (case id, arguments, pattern of the error line)
@@ -805,6 +829,71 @@ CASES: list[tuple[str, list[str], str]] = [
         "calibrate: zero perturbations needed for trust",
         ["calibrate", "{data}", "-p", "mse", "--min-perturbations", "0", "--out", "{out}"],
         r"min_perturbations must be at least 1, got 0",
+    ),
+    # Scoring under a split: predictions that do not fit the split's folds.
+    (
+        "score: prediction of a training perturbation",
+        [
+            "score",
+            "{data}",
+            "-p",
+            "mse",
+            "--split",
+            "{bad}/split_roles.csv",
+            "--pred",
+            "m={bad}/good.csv",
+            "--out",
+            "{out}",
+        ],
+        r"predicts '.*', which no fold of the split holds out \(a training perturbation\)",
+    ),
+    (
+        "score: per-fold files not named by the folds",
+        [
+            "score",
+            "{data}",
+            "-p",
+            "mse",
+            "--split",
+            "{bad}/split_two_folds.csv",
+            "--pred",
+            "m={bad}/per_fold_misnamed",
+            "--out",
+            "{out}",
+        ],
+        r"per-fold files in folder .* do not match the split's folds \('0', '1'\)",
+    ),
+    (
+        "score: per-fold file of another fold's perturbations",
+        [
+            "score",
+            "{data}",
+            "-p",
+            "mse",
+            "--split",
+            "{bad}/split_two_folds.csv",
+            "--pred",
+            "m={bad}/per_fold_swapped",
+            "--out",
+            "{out}",
+        ],
+        r"the file for fold '0' predicts .*, held out by fold '1'",
+    ),
+    (
+        "score: split that misses a perturbation",
+        [
+            "score",
+            "{data}",
+            "-p",
+            "mse",
+            "--split",
+            "{bad}/split_missing.csv",
+            "--pred",
+            "m={bad}/good.csv",
+            "--out",
+            "{out}",
+        ],
+        r"split .*split_missing\.csv",
     ),
 ]
 

@@ -71,6 +71,15 @@ def add_parser(commands: Any) -> None:
     score.add_argument(
         "--allow-missing", action="store_true", help="score models that miss perturbations"
     )
+    score.add_argument(
+        "--split",
+        default=None,
+        metavar="PATH",
+        help="score under a split: a table (.csv, .tsv, .parquet) of perturbation -> fold "
+        "or role (as 'scperteval split' writes), or obs:COLUMN; only held-out perturbations "
+        "are scored, baselines and controls use each fold's training perturbations, and a "
+        "model may be a folder of one file per fold named by the fold",
+    )
     _add_report_options(score)
     score.add_argument("--out", required=True, help="output folder")
     score.set_defaults(handler=run_score)
@@ -127,7 +136,26 @@ def _print(result: Any, out: Path) -> None:
 
     for line in failure_lines(result.results):
         print(line)
+    for line in split_lines(result):
+        print(line)
     print(f"report: {out / 'report.html'}")
+
+
+def split_lines(result: Any) -> list[str]:
+    """What a run under a split adds to the terminal: its folds and the criterion."""
+    split = result.info.get("split")
+    if not split:
+        return []
+    sizes = ", ".join(f"{fold}: {n}" for fold, n in split["folds"].items())
+    lines = [f"split {split['origin']}: {len(split['folds'])} fold(s) ({sizes} held out)"]
+    summary = getattr(result, "fold_summary", None)
+    if summary is not None and "outperforms_mean" in summary:
+        beating = [str(m) for m in summary.loc[summary["outperforms_mean"].eq(True), "model"]]
+        shown = ", ".join(beating) if beating else "none"
+        lines.append(
+            f"outperforms the training-mean baseline (95% CI of the L2 ratio below 1): {shown}"
+        )
+    return lines
 
 
 def run_score(args: argparse.Namespace) -> int:
@@ -153,6 +181,7 @@ def run_score(args: argparse.Namespace) -> int:
             executor=client,
             out=args.out,
             figures=not args.no_figures,
+            split=args.split,
         )
     _print(result, Path(args.out))
     print_run_notes(result.info, args.min_cells)

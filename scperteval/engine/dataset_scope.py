@@ -64,7 +64,21 @@ def dataset_rows(
         its reason, for that candidate (or, before any candidate, for all).
 
     """
-    conditions = engine.conditions_of(covariate)
+    rows: list[dict[str, Any]] = []
+    for pool, conditions in engine.candidate_pools(covariate):
+        rows += _pool_rows(engine, protocol, covariate, pool, conditions, candidates)
+    return rows
+
+
+def _pool_rows(
+    engine: Engine,
+    protocol: Protocol,
+    covariate: int,
+    pool: str | None,
+    conditions: np.ndarray,
+    candidates: Sequence[Candidate],
+) -> list[dict[str, Any]]:
+    """The rows of one protocol for the perturbations ``conditions``, ranked among them."""
     # Registered sources (no getter of their own) are fixed for the engine.
     named = [(c.role, *c.resolve(protocol), c.getter is None) for c in candidates]
     rows: list[dict[str, Any]] = []
@@ -119,6 +133,7 @@ def dataset_rows(
                 distance = protocol.metric.options.get("distance", DEFAULT_DISTANCE)
                 key = (
                     covariate,
+                    pool,
                     protocol.space,
                     protocol.centering,
                     distance,

@@ -19,6 +19,7 @@ import queue
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from scperteval.engine.candidates import CONTROLS, Candidate, candidate_identity
@@ -53,10 +54,18 @@ __all__ = [
 
 def task_count(engine: Engine, protocols: Sequence[Protocol]) -> int:
     """Number of tasks :func:`run_protocols` runs (for progress bars)."""
+    groups = len(_scored_groups(engine))
+    conditions = engine.scored_conditions().size
+    return sum(groups if p.scope == "dataset" else conditions for p in protocols)
+
+
+def _scored_groups(engine: Engine) -> list[int]:
+    """Covariate groups with a scored condition (all of them without a split)."""
     layout = engine.context.layout
-    return sum(
-        len(layout.covariates) if p.scope == "dataset" else layout.n_conditions for p in protocols
-    )
+    if engine.folds is None:
+        return list(range(len(layout.covariates)))
+    scored = np.unique(layout.condition_covariate[engine.scored_conditions()])
+    return [int(covariate) for covariate in scored]
 
 
 def run_protocols(
@@ -161,7 +170,7 @@ def _run_protocols(
             pool.submit(_warm_task, engine, protocol, condition, candidates)
             for protocol in protocols
             if protocol.scope == "dataset" and protocol.representation in CONTROL_REPRESENTATIONS
-            for condition in range(engine.context.layout.n_conditions)
+            for condition in engine.scored_conditions().tolist()
         ]
         for function, arguments in tasks:
             submitted = pool.submit(function, engine, *arguments, candidates)
@@ -189,7 +198,6 @@ def _run_protocols(
 
 def _ordered_tasks(engine: Engine, protocols: Sequence[Protocol]) -> list[Task]:
     """The run's tasks, those that need no shared space first."""
-    layout = engine.context.layout
     ordered: list[tuple[tuple[bool, str, int, int], Task]] = []
     grouped: dict[tuple[bool, str], list[Protocol]] = {}
     for index, protocol in enumerate(protocols):
@@ -198,13 +206,13 @@ def _ordered_tasks(engine: Engine, protocols: Sequence[Protocol]) -> list[Task]:
         if protocol.scope == "dataset":
             # Those waiting for a large fit last: they would hold the others back.
             rank = index + (len(protocols) if space_has_large_fit(protocol.space) else 0)
-            for covariate in range(len(layout.covariates)):
+            for covariate in _scored_groups(engine):
                 key = (later, "", rank, covariate)
                 ordered.append((key, (_dataset_task, (protocol, covariate))))
         elif protocol.representation in ("population", "de"):
             grouped.setdefault((later, protocol.space), []).append(protocol)
         else:
-            for condition in range(layout.n_conditions):
+            for condition in engine.scored_conditions().tolist():
                 key = (later, "", index, condition)
                 ordered.append((key, (_perturbation_task, (protocol, condition))))
     # The population and DE protocols of one space run in one task per perturbation,
@@ -212,7 +220,7 @@ def _ordered_tasks(engine: Engine, protocols: Sequence[Protocol]) -> list[Task]:
     # without the perturbation's cells) computed and its pair sums taken once for all
     # of them, by one thread (another would wait for them), and then dropped.
     for (later, space), members in grouped.items():
-        for condition in range(layout.n_conditions):
+        for condition in engine.scored_conditions().tolist():
             key = (later, space, condition, 0)
             ordered.append((key, (_protocols_task, (tuple(members), condition))))
     return [task for _, task in sorted(ordered, key=lambda item: item[0])]
@@ -231,7 +239,7 @@ def _shared_space_fits(engine: Engine, protocols: Sequence[Protocol]) -> list[tu
     """(space, condition) pairs that fit each shared space once per covariate group."""
     layout = engine.context.layout
     first_of_group: dict[int, int] = {}
-    for condition in range(layout.n_conditions):
+    for condition in engine.scored_conditions().tolist():
         first_of_group.setdefault(int(layout.condition_covariate[condition]), condition)
     shared = [space for space in {p.space for p in protocols} if not space_is_per_condition(space)]
     # Large fits first: the cheap ones then never wait behind one for the lock.

@@ -12,6 +12,7 @@ from scperteval._memo import BoundedStore
 from scperteval.context import Context
 from scperteval.data.halves import derive_seed
 from scperteval.data.matrix_io import is_dask
+from scperteval.engine.folds import FoldPlan
 from scperteval.engine.pairs import pair_backend
 from scperteval.engine.population_cap import (
     DEFAULT_MAX_POPULATION_CELLS,
@@ -25,6 +26,7 @@ from scperteval.stats.groups import GroupStats, merge_groups, subtract_group
 if TYPE_CHECKING:
     from scperteval.engine.featuremap import FeatureMap
     from scperteval.kernels.threads import Threads
+    from scperteval.splits.split import Split
 
 __all__ = ["Engine"]
 
@@ -119,6 +121,8 @@ class Engine:
         #: The engine's :class:`~scperteval.engine.distributed.ClusterSession` on a dask
         #: cluster, once it was shipped to one.
         self.cluster_session: Any = None
+        #: The split's folds on the conditions (see :meth:`use_split`); ``None``: no split.
+        self.folds: FoldPlan | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # A cluster session belongs to the process that holds its client.
@@ -166,6 +170,67 @@ class Engine:
         """Indices of the conditions of one covariate group."""
         return np.flatnonzero(self.context.layout.condition_covariate == covariate)
 
+    # ------------------------------------------------------------------- split
+    def use_split(self, split: Split) -> None:
+        """Score under ``split``: held-out perturbations only, pooling training ones.
+
+        Call before anything is computed on the engine: the sources pooling other
+        perturbations (dataset mean, linear baseline, samples of other perturbed
+        cells) then pool the training perturbations of the fold that holds the
+        evaluated perturbation out, and only held-out perturbations are scored.
+
+        Parameters
+        ----------
+        split
+            The folds, checked against the data
+            (:func:`~scperteval.splits.reading.read_split`).
+
+        """
+        self.folds = FoldPlan.build(split, self.context.layout)
+
+    def scored_conditions(self) -> np.ndarray:
+        """Indices of the conditions scored: all, or those a fold of the split holds out."""
+        if self.folds is None:
+            return np.arange(self.context.layout.n_conditions)
+        return self.folds.scored()
+
+    def candidate_pools(self, covariate: int) -> list[tuple[str | None, np.ndarray]]:
+        """The sets of perturbations that rank metrics rank a group's perturbations among.
+
+        Returns
+        -------
+        list of tuple
+            ``(fold, conditions)``: without a split, one pool of every condition of
+            the group (fold ``None``); under a split, one per fold that holds some
+            of the group out, of its test perturbations, so that a fold's values
+            are those of scoring it alone.
+
+        """
+        conditions = self.conditions_of(covariate)
+        if self.folds is None:
+            return [(None, conditions)]
+        fold_of = self.folds.fold_of[conditions]
+        return [
+            (name, conditions[fold_of == index])
+            for index, name in enumerate(self.folds.split.folds)
+            if np.any(fold_of == index)
+        ]
+
+    def training_conditions(self, condition: int) -> np.ndarray:
+        """The perturbations pooled for ``condition``: its fold's training ones, in its group.
+
+        Without a split, every other condition of the group (leave-one-out).
+        """
+        covariate = self.covariate_index(condition)
+        if self.folds is None:
+            conditions = self.conditions_of(covariate)
+            return conditions[conditions != condition]
+        return self.folds.training_of(condition, covariate)
+
+    def _fold_key(self, condition: int) -> tuple[str, int]:
+        assert self.folds is not None
+        return self.folds.fold_name(condition), self.covariate_index(condition)
+
     # ------------------------------------------------------------ derived data
     def truth_de(self) -> DEResult:
         """DE of the truth (half, or all cells) against the other perturbed cells."""
@@ -183,9 +248,16 @@ class Engine:
         -------
         numpy.ndarray
             ``(total - own) / (count - 1)`` from the group's cached sum of centroids,
-            one value per gene; NaN where the condition is alone in its group.
+            one value per gene; NaN where the condition is alone in its group. Under a
+            split, the mean of the centroids of the fold's training perturbations of
+            the group (cached per fold and group).
 
         """
+        if self.folds is not None:
+            return self.memo(
+                ("training_mean", *self._fold_key(condition)),
+                lambda: self._training_mean(condition),
+            )
         totals, counts = self.memo("centroid_totals", self._centroid_totals)
         covariate = self.covariate_index(condition)
         own_count = float(counts[covariate]) - 1.0
@@ -193,6 +265,32 @@ class Engine:
             return np.full(totals.shape[1], np.nan)
         centroid = self.context.centroids("all")[condition]
         return (totals[covariate] - centroid) / own_count
+
+    def _training_mean(self, condition: int) -> np.ndarray:
+        training = self.training_conditions(condition)
+        centroids = self.context.centroids("all")
+        if training.size == 0:
+            return _read_only(np.full(centroids.shape[1], np.nan))
+        return _read_only(centroids[training].mean(axis=0))
+
+    def training_cell_mean(self, condition: int) -> np.ndarray:
+        """Cell-weighted mean of the cells of the condition's pooled perturbations.
+
+        Without a split, the other perturbed cells of the group (the condition's
+        "rest"); under a split, the cells of its fold's training perturbations.
+        """
+        if self.folds is None:
+            return np.asarray(self.context.rest_stats().mean[condition])
+
+        def build() -> np.ndarray:
+            stats = self.context.condition_stats("all")
+            training = self.training_conditions(condition)
+            counts = stats.n[training]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mean = counts @ stats.mean[training] / counts.sum()
+            return _read_only(np.asarray(mean, dtype=np.float64))
+
+        return self.memo(("training_cell_mean", *self._fold_key(condition)), build)
 
     def _centroid_totals(self) -> tuple[np.ndarray, np.ndarray]:
         layout = self.context.layout
@@ -305,12 +403,36 @@ class Engine:
             return _read_only(np.flatnonzero(own))
 
         own = self.memo(("sample_own", condition), build)
+        if self.folds is not None:
+            return self._training_sample_rows(condition), own
         others = np.ones(sample.size, dtype=bool)
         others[own] = False
         return _read_only(np.flatnonzero(others)), own
 
+    def _training_sample_rows(self, condition: int) -> np.ndarray:
+        """Rows of the group's perturbed sample from the fold's training perturbations."""
+        covariate = self.covariate_index(condition)
+
+        def build() -> np.ndarray:
+            sample, _ = self.perturbed_sample(covariate)
+            # Codes 2k and 2k + 1 are the two halves of condition k.
+            sample_conditions = self.context.layout.codes[sample] // 2
+            training = self.training_conditions(condition)
+            return _read_only(np.flatnonzero(np.isin(sample_conditions, training)))
+
+        return self.memo(("training_sample_rows", *self._fold_key(condition)), build)
+
     def sample_without(self, condition: int) -> GroupStats:
-        """Statistics of the group's perturbed sample without the condition's cells."""
+        """Statistics of the group's perturbed sample without the condition's cells.
+
+        Under a split, of the sample's cells of the fold's training perturbations.
+        """
+        if self.folds is not None:
+            covariate = self.covariate_index(condition)
+            return self.memo(
+                ("training_sample_stats", *self._fold_key(condition)),
+                lambda: self.sample_moments(covariate, self._training_sample_rows(condition)),
+            )
 
         def build() -> GroupStats:
             covariate = self.covariate_index(condition)

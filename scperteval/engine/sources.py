@@ -8,6 +8,9 @@ their positions in the dataset and their moments (for differential expression).
 Definitions follow the science notes (truth halves and controls):
 
 - leave-one-out sources never contain the evaluated perturbation's cells;
+- under a split (:meth:`~scperteval.engine.engine.Engine.use_split`), the sources
+  that pool other perturbations pool the training perturbations of the fold that
+  holds the evaluated one out (:meth:`SourceEngine.training_conditions`);
 - cell samples are seeded from the run seed and the covariate group's name, and
   shared by every perturbation of the group: a perturbation's sample is the
   shared sample without its own cells.
@@ -22,6 +25,7 @@ import numpy as np
 
 from scperteval.context import Context
 from scperteval.data.halves import derive_seed
+from scperteval.engine.folds import FoldPlan
 from scperteval.metrics import DegenerateInput
 from scperteval.registry import Registry
 from scperteval.stats.groups import GroupStats
@@ -36,6 +40,8 @@ class SourceEngine(Protocol):
 
     context: Context
     truth_half: str
+    #: The split's folds on the conditions, or ``None`` (no split).
+    folds: FoldPlan | None
 
     @property
     def seed(self) -> int:
@@ -47,7 +53,15 @@ class SourceEngine(Protocol):
         ...  # pragma: no cover
 
     def dataset_mean(self, condition: int) -> np.ndarray:
-        """Leave-one-out mean of the perturbation centroids of the condition's group."""
+        """Mean of the centroids of the condition's pooled perturbations."""
+        ...  # pragma: no cover
+
+    def training_cell_mean(self, condition: int) -> np.ndarray:
+        """Cell-weighted mean of the cells of the condition's pooled perturbations."""
+        ...  # pragma: no cover
+
+    def training_conditions(self, condition: int) -> np.ndarray:
+        """The perturbations pooled for a condition (all others, or its fold's training ones)."""
         ...  # pragma: no cover
 
     def control_mean(self, condition: int) -> np.ndarray:
@@ -177,7 +191,10 @@ def interpolated_duplicate(engine: SourceEngine, condition: int) -> SourceData:
     cells=False,
 )
 def dataset_mean(engine: SourceEngine, condition: int) -> SourceData:
-    """Mean of the centroids of the covariate group's other perturbations (leave-one-out)."""
+    """Mean of the centroids of the group's other perturbations (leave-one-out).
+
+    Under a split: of the group's training perturbations of the condition's fold.
+    """
     return SourceData(centroid=engine.dataset_mean(condition))
 
 
@@ -185,8 +202,11 @@ def dataset_mean(engine: SourceEngine, condition: int) -> SourceData:
     "global_mean", description="mean of all other perturbed cells of the group", cells=False
 )
 def global_mean(engine: SourceEngine, condition: int) -> SourceData:
-    """Cell-weighted mean of the group's other perturbed cells (leave-one-out)."""
-    return SourceData(centroid=engine.context.rest_stats().mean[condition])
+    """Cell-weighted mean of the group's other perturbed cells (leave-one-out).
+
+    Under a split: of the cells of the group's training perturbations of the fold.
+    """
+    return SourceData(centroid=engine.training_cell_mean(condition))
 
 
 @SOURCES.register(
@@ -270,7 +290,11 @@ def control_cells(engine: SourceEngine, condition: int) -> SourceData:
     cells=False,
 )
 def additive(engine: SourceEngine, condition: int) -> SourceData:
-    """``mu_c + sum_s (mu_s - mu_c)`` over the singles ``s`` of a combination ``A+B``."""
+    """``mu_c + sum_s (mu_s - mu_c)`` over the singles ``s`` of a combination ``A+B``.
+
+    Under a split, every single must be a training perturbation of the
+    combination's fold (a held-out single's cells are not known to a model).
+    """
     context = engine.context
     layout = context.layout
     target = layout.conditions[condition]
@@ -284,5 +308,7 @@ def additive(engine: SourceEngine, condition: int) -> SourceData:
             index = layout.index_of(target.covariate, single)
         except KeyError:
             raise DegenerateInput(f"single perturbation {single!r} is not in the data") from None
+        if engine.folds is not None and index not in engine.training_conditions(condition):
+            raise DegenerateInput(f"single perturbation {single!r} is held out in this fold")
         centroid += centroids[index] - control
     return SourceData(centroid=centroid)

@@ -16,8 +16,11 @@ What each baseline sees: the first four and ``additive`` are sources of the
 engine (see :mod:`scperteval.engine.sources`) and never use the truth half.
 The linear baseline, for a perturbation ``p``, is fitted on the centroids of the
 *other* perturbations of the covariate group (all their cells) and on the
-control mean; it never sees any cell of ``p``. ``cell_eval_mean`` is built as
-cell-eval builds it, from every cell, ``p``'s included.
+control mean; it never sees any cell of ``p``. Under a split, every source and
+the linear baseline pool the training perturbations of ``p``'s fold instead of
+all the others (the linear baseline is then fitted once per fold and group).
+``cell_eval_mean`` is built as cell-eval builds it, from every cell, ``p``'s
+included (it is not scored under a split).
 """
 
 from __future__ import annotations
@@ -164,6 +167,8 @@ def fit_linear_baseline(engine: Engine, condition: int) -> SourceData:
     own_targets = engine.target_genes(condition)
     if own_targets.size == 0:
         raise DegenerateInput("linear baseline: the perturbation's targets are not measured")
+    if engine.folds is not None:
+        return _fold_prediction(engine, condition, own_targets)
     group = _linear_group(engine, engine.covariate_index(condition))
     own_row = int(np.flatnonzero(group.conditions == condition)[0])
     keep = np.arange(group.conditions.size) != own_row
@@ -178,6 +183,33 @@ def fit_linear_baseline(engine: Engine, condition: int) -> SourceData:
         if genes.size:
             features.append(embedding[genes].mean(axis=0))
             targets.append(deltas[row])
+    fit = _ridge(embedding, group.control, features, targets)
+    return SourceData(centroid=fit.predict(own_targets))
+
+
+@dataclass(frozen=True)
+class _LinearFit:
+    """A fitted linear baseline: embedding, centres and ridge weights."""
+
+    embedding: np.ndarray
+    control: np.ndarray
+    x_mean: np.ndarray
+    y_mean: np.ndarray
+    weights: np.ndarray
+
+    def predict(self, targets: np.ndarray) -> np.ndarray:
+        """The predicted centroid of a perturbation of the measured target genes ``targets``."""
+        query = self.embedding[targets].mean(axis=0)
+        prediction = self.control + self.y_mean + (query - self.x_mean) @ self.weights
+        return np.asarray(np.maximum(prediction, 0.0))
+
+
+def _ridge(
+    embedding: np.ndarray,
+    control: np.ndarray,
+    features: list[np.ndarray],
+    targets: list[np.ndarray],
+) -> _LinearFit:
     if len(features) < 3:
         raise DegenerateInput(
             "linear baseline: fewer than 3 other perturbations with measured targets"
@@ -188,9 +220,37 @@ def fit_linear_baseline(engine: Engine, condition: int) -> SourceData:
     xc = x - x_mean
     n_components = embedding.shape[1]
     weights = np.linalg.solve(xc.T @ xc + LINEAR_RIDGE * np.eye(n_components), xc.T @ (y - y_mean))
-    query = embedding[own_targets].mean(axis=0)
-    prediction = group.control + y_mean + (query - x_mean) @ weights
-    return SourceData(centroid=np.maximum(prediction, 0.0))
+    return _LinearFit(embedding, control, x_mean, y_mean, weights)
+
+
+def _fold_prediction(engine: Engine, condition: int, own_targets: np.ndarray) -> SourceData:
+    """Under a split: the fit on the fold's training perturbations, one per fold and group."""
+    covariate = engine.covariate_index(condition)
+    assert engine.folds is not None
+    fold = engine.folds.fold_name(condition)
+
+    def build() -> _LinearFit | DegenerateInput:
+        training = engine.training_conditions(condition)
+        control = engine.control_mean(condition)
+        deltas = engine.context.centroids("all")[training] - control
+        try:
+            if training.size == 0:
+                raise DegenerateInput("linear baseline: the fold has no training perturbations")
+            embedding = _svd_embedding(deltas)
+            features, targets = [], []
+            for row, k in enumerate(training.tolist()):
+                genes = engine.target_genes(k)
+                if genes.size:
+                    features.append(embedding[genes].mean(axis=0))
+                    targets.append(deltas[row])
+            return _ridge(embedding, control, features, targets)
+        except DegenerateInput as exc:
+            return exc
+
+    fit = engine.memo(("baseline", "linear_fold", fold, covariate), build)
+    if isinstance(fit, DegenerateInput):
+        raise fit
+    return SourceData(centroid=fit.predict(own_targets))
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
@@ -19,6 +21,15 @@ __all__ = ["PROTOCOL_FILE", "RESULT_FILE", "RUN_FILE", "ScoreResult"]
 PAIRS_FILE = "pairwise_tests.csv"
 WINS_FILE = "win_tie_loss.csv"
 PROTOCOL_SCORES_FILE = "leaderboard_protocols.csv"
+
+#: Tables of a run under a split, by file (written only under a split).
+SPLIT_FILES = MappingProxyType(
+    {
+        "fold_scores.csv": "fold_scores",
+        "leaderboard_folds.csv": "fold_summary",
+        "mean_ratio.csv": "criterion",
+    }
+)
 
 RESULT_FILE = "results.parquet"
 RUN_FILE = "run.json"
@@ -53,6 +64,15 @@ class ScoreResult:
     wins
         Win/tie/loss record of each entry against each other
         (:func:`~scperteval.scoring.pairwise.win_tie_loss`).
+    fold_scores
+        Under a split: each fold's headline score per entry
+        (:func:`~scperteval.scoring.folds.fold_scores`); empty otherwise.
+    fold_summary
+        Under a split: the pooled score, the folds' spread and Ahlmann-Eltze et
+        al.'s criterion per entry (:func:`~scperteval.scoring.folds.fold_summary`).
+    criterion
+        Under a split: the error ratio to the training-mean baseline per entry and
+        error protocol (:func:`~scperteval.scoring.mean_ratio.mean_ratio_table`).
     info
         Run information (data checksum, seed, options, coverage, timings).
 
@@ -68,6 +88,9 @@ class ScoreResult:
     info: dict[str, Any] = field(default_factory=dict)
     pairs: pd.DataFrame = field(default_factory=pd.DataFrame)
     wins: pd.DataFrame = field(default_factory=pd.DataFrame)
+    fold_scores: pd.DataFrame = field(default_factory=pd.DataFrame)
+    fold_summary: pd.DataFrame = field(default_factory=pd.DataFrame)
+    criterion: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def _repr_html_(self) -> str:
         return str(self.leaderboard._repr_html_())
@@ -94,6 +117,10 @@ class ScoreResult:
         write_atomic(folder / "leaderboard.csv", lambda p: board.headline.to_csv(p, index=False))
         wide = board.table[["model", "kind", *board.protocols]]
         write_atomic(folder / PROTOCOL_SCORES_FILE, lambda p: wide.to_csv(p, index=False))
+        for file, table in SPLIT_FILES.items():
+            frame: pd.DataFrame = getattr(self, table)
+            if not frame.empty:
+                write_atomic(folder / file, functools.partial(_write_csv, frame))
         write_reports(self, folder, figures=figures)
         write_run_json(folder / RUN_FILE, self.info.get("command", "score"), self.info)
 
@@ -118,3 +145,7 @@ class ScoreResult:
             pairs=derived.pairs,
             wins=derived.wins,
         )
+
+
+def _write_csv(frame: pd.DataFrame, path: Path) -> None:
+    frame.to_csv(path, index=False)

@@ -20,8 +20,15 @@ from scperteval.scoring.derive import derive
 from scperteval.scoring.flags import prediction_flags
 from scperteval.scoring.predictions import CONTROL_MODES, Prediction, load_predictions
 from scperteval.scoring.result import ScoreResult
+from scperteval.scoring.split_predictions import load_split_predictions
 from scperteval.scoring.trust import MIN_PERTURBATIONS
 from scperteval.scoring.vcc import has_challenge_terms
+from scperteval.splits.reading import read_split
+from scperteval.workflows.split_scoring import (
+    criterion_protocols,
+    criterion_record,
+    split_breakdown,
+)
 from scperteval.workflows.steps import (
     check_job_options,
     open_engine,
@@ -61,6 +68,7 @@ def score(
     out: str | Path | None = None,
     figures: bool = True,
     progress: bool | None = None,
+    split: Any = None,
     **dataset_options: Unpack[DatasetOptions],
 ) -> ScoreResult:
     """Score models and built-in baselines; calibrate; build the leaderboard.
@@ -148,6 +156,16 @@ def score(
         Draw the report's figures.
     progress
         Show progress bars (default: when stderr is a terminal).
+    split
+        Score under a split (see :doc:`/leaderboards`, "Cross-validated
+        benchmarks"): a :class:`~scperteval.splits.split.Split`, a split table
+        (``.csv``, ``.tsv``, ``.parquet``) or ``"obs:COLUMN"`` (see
+        :func:`~scperteval.splits.reading.read_split`). Only held-out perturbations
+        are scored; the baselines and negative controls pool the training
+        perturbations of each perturbation's fold; a model may then be given per
+        fold (``{fold: prediction}`` or a folder of files named by the folds). The
+        result adds each fold's headline and Ahlmann-Eltze et al.'s criterion
+        against the training-mean baseline. ``None`` (default): no split.
     **dataset_options
         How to read the truth: ``perturbation_key``, ``control_label``,
         ``covariate_key``, ``layer``, ``min_cells``, ``normalize``, ``subset``,
@@ -183,7 +201,14 @@ def score(
     chosen, workers, cap = check_job_options(
         protocols, out=out, workers=workers, max_population_cells=max_population_cells, **shared
     )
-    baseline_names = _baseline_names(baselines, truth, has_challenge_terms(chosen))
+    baseline_names = _baseline_names(
+        baselines, truth, has_challenge_terms(chosen) and split is None
+    )
+    if split is not None and CELL_EVAL_MEAN in baseline_names:
+        raise SpecError(
+            f"baseline {CELL_EVAL_MEAN!r} is built from every perturbation's cells, held-out "
+            "ones included: it is not scored under a split"
+        )
     engine, checksum = open_engine(
         data,
         timer,
@@ -197,19 +222,35 @@ def score(
     )
     assert checksum is not None
     dataset = engine.context.dataset
+    folds = None
+    if split is not None:
+        engine.use_split(read_split(split, dataset))
+        folds = engine.folds
     with timer.step("predictions"):
-        models = load_predictions(
-            predictions,
-            dataset,
-            engine.context.layout,
-            allow_missing,
-            deltas=deltas,
-            control=control,
-        )
+        if folds is None:
+            models = load_predictions(
+                predictions,
+                dataset,
+                engine.context.layout,
+                allow_missing,
+                deltas=deltas,
+                control=control,
+            )
+        else:
+            models = load_split_predictions(
+                predictions,
+                dataset,
+                engine.context.layout,
+                folds,
+                allow_missing,
+                deltas=deltas,
+                control=control,
+            )
     candidates = _candidates(engine, truth, models, baseline_names)
+    extra = criterion_protocols(chosen) if folds is not None else []
     results = run_protocol_tasks(
         engine,
-        chosen,
+        [*chosen, *extra],
         timer,
         candidates=candidates,
         workers=workers,
@@ -219,9 +260,15 @@ def score(
     protocols_described = protocol_table(chosen)
     with timer.step("flags"):
         flags = prediction_flags(models, engine, seed)
-    with timer.step("derive"):
-        derived = derive(
-            results,
+    all_results = results
+    if extra:
+        # The criterion's own protocol is judged on, not ranked.
+        results = results[~results["protocol"].isin([p.name for p in extra])]
+        results = results.reset_index(drop=True)
+
+    def derive_on(table: Any) -> Any:
+        return derive(
+            table,
             protocols_described,
             thresholds,
             aggregate,
@@ -231,6 +278,15 @@ def score(
             min_perturbations=min_perturbations,
             flags={name: record["flags"] for name, record in flags.items()},
         )
+
+    with timer.step("derive"):
+        derived = derive_on(results)
+    split_tables: dict[str, Any] = {}
+    if folds is not None:
+        with timer.step("folds"):
+            split_tables = split_breakdown(
+                derived, results, all_results, folds.split, chosen, extra, seed, derive_on
+            )
     info: dict[str, Any] = {
         "command": "score",
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -251,7 +307,15 @@ def score(
         "models": {m.name: m.record() for m in models},
         **run_summary(engine, results),
     }
+    if folds is not None:
+        info["split"] = {
+            **folds.split.describe(),
+            "scored_perturbations": int(folds.scored().size),
+            "criterion": criterion_record(extra),
+        }
     result = ScoreResult.from_derived(derived, protocols_described, thresholds, info)
+    for name, table in split_tables.items():
+        setattr(result, name, table)
     info["timings_seconds"] = {**timer.seconds, "total": time.time() - started}
     if out is not None:
         with staged_output(out) as folder:

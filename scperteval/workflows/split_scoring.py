@@ -1,0 +1,116 @@
+"""What a run under a split adds: folds in the results, each fold's headline, the criterion."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pandas as pd
+
+from scperteval.engine.protocol import Protocol
+from scperteval.engine.suites import load_suite
+from scperteval.scoring.derive import Derived
+from scperteval.scoring.folds import (
+    CRITERION_PROTOCOL,
+    FOLD_COLUMN,
+    fold_column,
+    fold_scores,
+    fold_summary,
+)
+from scperteval.scoring.mean_ratio import (
+    BOOTSTRAP_RESAMPLES,
+    CRITERION_BASELINE,
+    mean_ratio_table,
+)
+from scperteval.splits.split import Split
+
+__all__ = ["criterion_protocols", "criterion_record", "split_breakdown"]
+
+#: The suite that defines the criterion's protocol.
+CRITERION_SUITE = "ahlmann_eltze2025"
+
+
+def criterion_protocols(chosen: Sequence[Protocol]) -> list[Protocol]:
+    """The criterion's L2 protocol, when the run does not already score it.
+
+    Parameters
+    ----------
+    chosen
+        The run's protocols.
+
+    Returns
+    -------
+    list of Protocol
+        ``[l2_heg1000]`` (from the ``ahlmann_eltze2025`` suite), or ``[]``.
+
+    """
+    if any(p.name == CRITERION_PROTOCOL for p in chosen):
+        return []
+    return [p for p in load_suite(CRITERION_SUITE) if p.name == CRITERION_PROTOCOL]
+
+
+def criterion_record(extra: Sequence[Protocol]) -> dict[str, Any]:
+    """What ``run.json`` says of the criterion's definition."""
+    return {
+        "baseline": CRITERION_BASELINE,
+        "protocol": CRITERION_PROTOCOL,
+        "protocol_added": bool(extra),
+        "resamples": BOOTSTRAP_RESAMPLES,
+        "level": 0.95,
+    }
+
+
+def split_breakdown(
+    derived: Derived,
+    ranked: pd.DataFrame,
+    all_results: pd.DataFrame,
+    split: Split,
+    chosen: Sequence[Protocol],
+    extra: Sequence[Protocol],
+    seed: int,
+    derive_on: Callable[[pd.DataFrame], Derived],
+) -> dict[str, pd.DataFrame]:
+    """The tables a run under a split adds to its :class:`~scperteval.scoring.result.ScoreResult`.
+
+    Parameters
+    ----------
+    derived
+        The pooled derivation (every fold's test perturbations).
+    ranked
+        The results it was derived from.
+    all_results
+        The run's results, the criterion's added protocol included.
+    split
+        The split.
+    chosen
+        The run's protocols; the criterion is computed on those where lower is better.
+    extra
+        Protocols run for the criterion only.
+    seed
+        The run's seed (the criterion's bootstrap).
+    derive_on
+        Derives a results table as the pooled run does.
+
+    Returns
+    -------
+    dict of pandas.DataFrame
+        ``results`` (with a ``fold`` column), ``fold_scores`` (each fold's headline
+        per entry), ``criterion`` and ``fold_summary`` (pooled score, folds' spread,
+        criterion columns).
+
+    """
+    results = derived.results.assign(**{FOLD_COLUMN: fold_column(derived.results, split)})
+    per_fold = fold_scores(
+        ranked.assign(**{FOLD_COLUMN: fold_column(ranked, split)}),
+        split.folds,
+        lambda table: derive_on(table).leaderboard.headline,
+    )
+    judged = [p.name for p in chosen if p.better == "lower"] + [p.name for p in extra]
+    criterion = mean_ratio_table(all_results, judged, seed)
+    summary = fold_summary(derived.leaderboard.headline, per_fold, criterion)
+    return {
+        "results": results,
+        "fold_scores": per_fold,
+        "criterion": criterion,
+        "fold_summary": summary,
+    }
