@@ -824,6 +824,7 @@ CASES: list[tuple[str, list[str], str]] = [
         "split from an obs column that is missing",
         ["split", "{data}", "--from", "obs:fold", "--out", "{out}.csv"],
         r"split column 'fold' not found in obs; available columns: perturbation",
+    ),
     # calibrate: the evidence rule's minimum
     (
         "calibrate: zero perturbations needed for trust",
