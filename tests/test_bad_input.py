@@ -114,6 +114,13 @@ def bad_files(small_path) -> Path:
             f'[[protocol]]\nname = "{name}"\nmetric = "{metric}"\n'
             'negative = "matched_perturbed_sample"\n'
         )
+    # Two screens under the same labels, told apart only by an obs column.
+    pooled = truth.copy()
+    pooled.obs["screen"] = np.where(np.arange(pooled.n_obs) % 2 == 0, "first", "second")
+    pooled.write_h5ad(folder / "two_screens.h5ad")
+    few = good.copy()
+    few[genes[: max(2, len(genes) // 10)]] = -0.05
+    few.to_csv(folder / "some_negative.csv", index=False)
     return folder
 
 
@@ -683,6 +690,23 @@ CASES: list[tuple[str, list[str], str]] = [
         ["distances", "{data}", "--groupby", "perturbation", "--groups", "zz", "--out", "{out}"],
         r"group 'zz'",
     ),
+    # Inputs that would be scored wrongly: pooled screens, undeclared changes.
+    (
+        "screens pooled under the same labels",
+        ["calibrate", "{bad}/two_screens.h5ad", "-p", "mse", "--out", "{out}"],
+        r"obs column 'screen' splits the cells into 2 groups .*--subset screen=first.*"
+        r"--covariate-key screen.*--pool",
+    ),
+    (
+        "score on screens pooled under the same labels",
+        ["score", "{bad}/two_screens.h5ad", "--pred", "m={bad}/good.csv", "--out", "{out}"],
+        r"obs column 'screen' splits .*--subset screen=.*--covariate-key screen",
+    ),
+    (
+        "undeclared changes with a tenth of the values negative",
+        ["score", "{data}", "--pred", "m={bad}/some_negative.csv", "--out", "{out}"],
+        r"negative value\(s\) \(minimum -0\.05, 10% of the values\).*--delta m",
+    ),
 ]
 
 
@@ -720,6 +744,8 @@ API_CASES = [
     ("fractional population cap", {"max_population_cells": 2.5}, SpecError, r"got 2.5"),
     ("misspelt option", {"perturbation_kye": "x"}, TypeError, r"did you mean"),
     ("unwritable output", {"out": "/proc/1/out"}, SpecError, r"not writable"),
+    # Pooling screens is a yes or no.
+    ("pool as a word", {"pool": "yes"}, SpecError, r"pool must be True or False, got 'yes'"),
 ]
 
 

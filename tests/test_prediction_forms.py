@@ -180,6 +180,45 @@ def test_negative_expression_is_scored_with_a_warning(screen):
     assert warned["value"].notna().all()
 
 
+def test_undeclared_changes_are_refused_even_when_their_total_looks_right(screen):
+    truth, cells = screen
+    table = pseudobulk(cells)
+    genes = list(cells.var_names)
+    # A tenth of the genes negative: no regression model's rounding, but changes.
+    shifted = genes[: len(genes) // 10]
+    table[shifted] = -0.2
+    n_negative = len(table) * len(shifted)
+    share = n_negative / (len(table) * len(genes))
+    assert share == pytest.approx(0.1)
+    with pytest.raises(
+        DatasetError,
+        match=rf"{n_negative} negative value\(s\) \(minimum -0\.2, 10% of the values\).*"
+        r"deltas=\['model'\]",
+    ):
+        values(truth, table)
+
+
+def test_expression_declared_as_changes_is_said_to_look_like_expression(screen):
+    truth, cells = screen
+    table = pseudobulk(cells)
+    genes = list(cells.var_names)
+    X = (truth.X.toarray() if sp.issparse(truth.X) else np.asarray(truth.X)).astype(np.float64)
+    control = truth.obs["perturbation"].to_numpy() == "control"
+    lines = truth.obs["cell_line"].astype(str).to_numpy()
+    totals = {line: X[control & (lines == line)].mean(axis=0).sum() for line in np.unique(lines)}
+    expected = np.array([totals[c] for c in table["cell_line"]])
+    ratio = table[genes].to_numpy().sum(axis=1).mean() / expected.mean()
+    assert 1 / 3 < ratio < 3
+    with pytest.warns(ScpertevalWarning) as caught:
+        values(truth, table, deltas=["model"])
+    said = [str(w.message) for w in caught if "looks like expression" in str(w.message)]
+    assert said == [
+        f"prediction 'model' is declared as changes from the control but has no negative "
+        f"value and a total {ratio:.3g} times the control cells': it looks like expression; "
+        "if it is, leave out --delta model (Python: deltas)"
+    ]
+
+
 def test_total_expression_far_from_the_truth_is_warned(screen):
     truth, cells = screen
     table = pseudobulk(cells)
