@@ -392,8 +392,8 @@ def test_load_dataset_takes_the_reading_options_once(sim_adata):
     import inspect
 
     assert DATASET_OPTIONS == (*tuple(inspect.signature(Dataset).parameters)[1:], "pool")
-    assert load_dataset(dataset) is dataset
-    assert load_dataset(dataset, min_cells=3) is dataset
+    assert load_dataset(dataset, pool=True) is dataset
+    assert load_dataset(dataset, min_cells=3, pool=True) is dataset
 
 
 def test_load_dataset_refuses_unknown_and_conflicting_options(sim_adata):
