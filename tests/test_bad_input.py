@@ -118,9 +118,9 @@ def bad_files(small_path) -> Path:
     pooled = truth.copy()
     pooled.obs["screen"] = np.where(np.arange(pooled.n_obs) % 2 == 0, "first", "second")
     pooled.write_h5ad(folder / "two_screens.h5ad")
-    few = good.copy()
-    few[genes[: max(2, len(genes) // 10)]] = -0.05
-    few.to_csv(folder / "some_negative.csv", index=False)
+    one_row = good.copy()
+    one_row.loc[0, genes] = -0.05
+    one_row.to_csv(folder / "one_row_of_changes.csv", index=False)
     return folder
 
 
@@ -703,9 +703,10 @@ CASES: list[tuple[str, list[str], str]] = [
         r"obs column 'screen' splits .*--subset screen=.*--covariate-key screen",
     ),
     (
-        "undeclared changes with a tenth of the values negative",
-        ["score", "{data}", "--pred", "m={bad}/some_negative.csv", "--out", "{out}"],
-        r"negative value\(s\) \(minimum -0\.05, 10% of the values\).*--delta m",
+        "undeclared changes in one row",
+        ["score", "{data}", "--pred", "m={bad}/one_row_of_changes.csv", "--out", "{out}"],
+        r"30 negative value\(s\) \(minimum -0\.05, 25% of the values\), 1 row\(s\) "
+        r"summing to less than 0.*--delta m",
     ),
 ]
 

@@ -184,16 +184,18 @@ def test_undeclared_changes_are_refused_even_when_their_total_looks_right(screen
     truth, cells = screen
     table = pseudobulk(cells)
     genes = list(cells.var_names)
-    # A tenth of the genes negative: no regression model's rounding, but changes.
-    shifted = genes[: len(genes) // 10]
-    table[shifted] = -0.2
-    n_negative = len(table) * len(shifted)
-    share = n_negative / (len(table) * len(genes))
-    assert share == pytest.approx(0.1)
+    matrix = table[genes].to_numpy()
+    # One row of changes (summing below 0) among rows of expression: the mean total
+    # stays near the controls', but no row of expression sums to less than 0.
+    matrix[0] = np.where(np.arange(len(genes)) % 2 == 0, 0.1, -0.3)
+    table[genes] = matrix
+    n_negative = int((matrix < 0).sum())
+    assert n_negative == len(genes) // 2 and matrix[0].sum() < 0
+    share = f"{100 * n_negative / matrix.size:.1f}%"
     with pytest.raises(
         DatasetError,
-        match=rf"{n_negative} negative value\(s\) \(minimum -0\.2, 10% of the values\).*"
-        r"deltas=\['model'\]",
+        match=rf"{n_negative} negative value\(s\) \(minimum -0\.3, {re.escape(share)} of the "
+        r"values\), 1 row\(s\) summing to less than 0, .*deltas=\['model'\]",
     ):
         values(truth, table)
 

@@ -194,7 +194,7 @@ def prediction_flags(
                     if model.pseudobulk
                     else ("predicted cells checked are cells of the truth")
                 )
-                flags.append(f"leakage: {100 * leak:.0f}% of the {what}")
+                flags.append(f"leakage: {percent(leak)} of the {what}")
         record[model.name] = {
             "flags": flags,
             "collapse_ratio": float(ratio),
