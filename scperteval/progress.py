@@ -30,7 +30,9 @@ class _Silent:
         return None
 
 
-def progress_bar(description: str, total: int, enabled: bool | None = None) -> Any:
+def progress_bar(
+    description: str, total: int, enabled: bool | None = None, unit: str = "cells"
+) -> Any:
     """A tqdm bar on a terminal (stderr), or a silent object when not interactive.
 
     Parameters
@@ -41,14 +43,18 @@ def progress_bar(description: str, total: int, enabled: bool | None = None) -> A
         Number of units of work.
     enabled
         Force the bar on or off; by default shown only when stderr is a terminal.
+    unit
+        What is counted (``cells``, ``tasks``), shown with the count done and the total.
 
     """
     show = sys.stderr.isatty() if enabled is None else enabled
     if not show:
-        return _Silent(total)
+        silent = _Silent(total)
+        silent.unit = unit
+        return silent
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=description, unit="cells", leave=False)
+    return tqdm(total=total, desc=description, unit=unit, leave=False, file=sys.stderr)
 
 
 def cell_progress(bar: Any) -> Callable[[int, int], None]:

@@ -116,6 +116,13 @@ def bad_files(small_path) -> Path:
         )
     _write_bad_splits(folder, sorted(set(truth.obs["perturbation"].astype(str)) - {"control"}))
     _write_split_predictions(folder, good)
+    # Two screens under the same labels, told apart only by an obs column.
+    pooled = truth.copy()
+    pooled.obs["screen"] = np.where(np.arange(pooled.n_obs) % 2 == 0, "first", "second")
+    pooled.write_h5ad(folder / "two_screens.h5ad")
+    one_row = good.copy()
+    one_row.loc[0, genes] = -0.05
+    one_row.to_csv(folder / "one_row_of_changes.csv", index=False)
     return folder
 
 
@@ -896,6 +903,24 @@ CASES: list[tuple[str, list[str], str]] = [
         ],
         r"split .*split_missing\.csv",
     ),
+    # Inputs that would be scored wrongly: pooled screens, undeclared changes.
+    (
+        "screens pooled under the same labels",
+        ["calibrate", "{bad}/two_screens.h5ad", "-p", "mse", "--out", "{out}"],
+        r"obs column 'screen' splits the cells into 2 groups .*--subset screen=first.*"
+        r"--covariate-key screen.*--pool",
+    ),
+    (
+        "score on screens pooled under the same labels",
+        ["score", "{bad}/two_screens.h5ad", "--pred", "m={bad}/good.csv", "--out", "{out}"],
+        r"obs column 'screen' splits .*--subset screen=.*--covariate-key screen",
+    ),
+    (
+        "undeclared changes in one row",
+        ["score", "{data}", "--pred", "m={bad}/one_row_of_changes.csv", "--out", "{out}"],
+        r"30 negative value\(s\) \(minimum -0\.05, 25% of the values\), 1 row\(s\) "
+        r"summing to less than 0.*--delta m",
+    ),
 ]
 
 
@@ -933,6 +958,8 @@ API_CASES = [
     ("fractional population cap", {"max_population_cells": 2.5}, SpecError, r"got 2.5"),
     ("misspelt option", {"perturbation_kye": "x"}, TypeError, r"did you mean"),
     ("unwritable output", {"out": "/proc/1/out"}, SpecError, r"not writable"),
+    # Pooling screens is a yes or no.
+    ("pool as a word", {"pool": "yes"}, SpecError, r"pool must be True or False, got 'yes'"),
 ]
 
 

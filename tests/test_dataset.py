@@ -386,14 +386,14 @@ def test_backed_equals_in_memory(sim_adata, tmp_path, sparse):
 def test_load_dataset_takes_the_reading_options_once(sim_adata):
     from scperteval.data.load import DATASET_OPTIONS, load_dataset
 
-    dataset = load_dataset(sim_adata, perturbation_key="perturbation", min_cells=3)
+    dataset = load_dataset(sim_adata, perturbation_key="perturbation", min_cells=3, pool=True)
     assert dataset.min_cells == 3
-    # The options are those of Dataset itself, in its order.
+    # The options are those of Dataset itself, in its order, then whether to pool screens.
     import inspect
 
-    assert DATASET_OPTIONS == tuple(inspect.signature(Dataset).parameters)[1:]
-    assert load_dataset(dataset) is dataset
-    assert load_dataset(dataset, min_cells=3) is dataset
+    assert DATASET_OPTIONS == (*tuple(inspect.signature(Dataset).parameters)[1:], "pool")
+    assert load_dataset(dataset, pool=True) is dataset
+    assert load_dataset(dataset, min_cells=3, pool=True) is dataset
 
 
 def test_load_dataset_refuses_unknown_and_conflicting_options(sim_adata):

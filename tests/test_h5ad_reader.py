@@ -324,7 +324,9 @@ def test_loading_a_file_never_imports_anndata(simulated_path, tmp_path):
         for backed in (False, True):
             dataset = scperteval.load_dataset(path, covariate_key="cell_line", backed=backed)
             assert dataset.n_cells == dataset.adata.n_obs
-        dataset = scperteval.load_dataset(path, layer="counts", normalize=True, backed=False)
+        dataset = scperteval.load_dataset(
+            path, layer="counts", normalize=True, backed=False, pool=True
+        )
         print(type(dataset.adata).__name__, dataset.describe())
         """,
         tmp_path,
@@ -357,7 +359,7 @@ def test_calibrate_and_score_on_the_command_line_never_import_anndata(simulated_
     [
         {"covariate_key": "cell_line"},
         {"covariate_key": "cell_line", "subset": {"cell_line": "cell_line_0"}},
-        {"layer": "counts", "normalize": True},
+        {"layer": "counts", "normalize": True, "pool": True},
     ],
 )
 def test_a_dataset_from_the_file_equals_one_from_the_anndata(simulated_path, options):

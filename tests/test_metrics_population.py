@@ -1,3 +1,4 @@
+import re
 import sys
 
 import numpy as np
@@ -5,7 +6,7 @@ import pytest
 from scipy import sparse
 from scipy.spatial.distance import pdist
 
-from scperteval.errors import MissingExtraError
+from scperteval.errors import MissingExtraError, install_command
 from scperteval.kernels import median as median_module
 from scperteval.kernels import pairs as pairs_module
 from scperteval.kernels.sinkhorn import temperature_schedule
@@ -333,9 +334,9 @@ def test_sinkhorn_without_geomloss(monkeypatch):
     expected = sinkhorn(x, y)
     monkeypatch.setitem(sys.modules, "geomloss", None)
     assert sinkhorn(x, y) == expected  # the CPU solver needs neither torch nor geomloss
-    with pytest.raises(MissingExtraError, match=r"scperteval\[ot\]"):
+    with pytest.raises(MissingExtraError, match=re.escape(install_command("ot"))):
         sinkhorn(x, y, backend="online", tol=None)
-    with pytest.raises(MissingExtraError, match=r"scperteval\[ot\]"):
+    with pytest.raises(MissingExtraError, match=re.escape(install_command("ot"))):
         sinkhorn(x, y, PerturbationContext("p", device="cpu"))
 
 

@@ -180,6 +180,47 @@ def test_negative_expression_is_scored_with_a_warning(screen):
     assert warned["value"].notna().all()
 
 
+def test_undeclared_changes_are_refused_even_when_their_total_looks_right(screen):
+    truth, cells = screen
+    table = pseudobulk(cells)
+    genes = list(cells.var_names)
+    matrix = table[genes].to_numpy()
+    # One row of changes (summing below 0) among rows of expression: the mean total
+    # stays near the controls', but no row of expression sums to less than 0.
+    matrix[0] = np.where(np.arange(len(genes)) % 2 == 0, 0.1, -0.3)
+    table[genes] = matrix
+    n_negative = int((matrix < 0).sum())
+    assert n_negative == len(genes) // 2 and matrix[0].sum() < 0
+    share = f"{100 * n_negative / matrix.size:.1f}%"
+    with pytest.raises(
+        DatasetError,
+        match=rf"{n_negative} negative value\(s\) \(minimum -0\.3, {re.escape(share)} of the "
+        r"values\), 1 row\(s\) summing to less than 0, .*deltas=\['model'\]",
+    ):
+        values(truth, table)
+
+
+def test_expression_declared_as_changes_is_said_to_look_like_expression(screen):
+    truth, cells = screen
+    table = pseudobulk(cells)
+    genes = list(cells.var_names)
+    X = (truth.X.toarray() if sp.issparse(truth.X) else np.asarray(truth.X)).astype(np.float64)
+    control = truth.obs["perturbation"].to_numpy() == "control"
+    lines = truth.obs["cell_line"].astype(str).to_numpy()
+    totals = {line: X[control & (lines == line)].mean(axis=0).sum() for line in np.unique(lines)}
+    expected = np.array([totals[c] for c in table["cell_line"]])
+    ratio = table[genes].to_numpy().sum(axis=1).mean() / expected.mean()
+    assert 1 / 3 < ratio < 3
+    with pytest.warns(ScpertevalWarning) as caught:
+        values(truth, table, deltas=["model"])
+    said = [str(w.message) for w in caught if "looks like expression" in str(w.message)]
+    assert said == [
+        f"prediction 'model' is declared as changes from the control but has no negative "
+        f"value and a total {ratio:.3g} times the control cells': it looks like expression; "
+        "if it is, leave out --delta model (Python: deltas)"
+    ]
+
+
 def test_total_expression_far_from_the_truth_is_warned(screen):
     truth, cells = screen
     table = pseudobulk(cells)

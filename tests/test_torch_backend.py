@@ -12,6 +12,7 @@ from scipy import sparse
 
 torch = pytest.importorskip("torch")
 
+from scperteval.errors import install_command  # noqa: E402
 from scperteval.metrics import PerturbationContext, weighted_mse, weighted_r2  # noqa: E402
 from scperteval.metrics import population as reference  # noqa: E402
 from scperteval.metrics.common import DegenerateInput  # noqa: E402
@@ -95,7 +96,7 @@ def test_import_scperteval_does_not_import_torch_and_missing_torch_is_reported()
     )
     assert missing.returncode == 0, missing.stderr
     assert "missing:" in missing.stdout
-    assert "scperteval[ot]" in missing.stdout and "'torch'" in missing.stdout
+    assert install_command("ot") in missing.stdout and "'torch'" in missing.stdout
 
 
 # ----------------------------------------------------------- population: float64 = numpy

@@ -67,10 +67,10 @@ def run(args: argparse.Namespace) -> int:
             out=args.out,
             min_perturbations=args.min_perturbations,
         )
-    print(result.summary())
+    out = Path(args.out)
+    print(result.summary(str(out / "failures.csv")))
     print_run_notes(result.info, args.min_cells)
     total = result.info.get("timings_seconds", {}).get("total", float("nan"))
-    out = Path(args.out)
     print(
         f"finished in {total:.1f} s; wrote {out / 'results.parquet'}, "
         f"{out / 'calibration.csv'} and {out / 'run.json'}"

@@ -12,8 +12,10 @@ from scperteval.cli._options import (
     EXAMPLE_SETTINGS,
     add_dataset_options,
     add_input_argument,
+    add_quiet_option,
     dataset_kwargs,
     input_data,
+    progress_setting,
 )
 
 __all__ = ["EXAMPLE_SETTINGS", "add_parser", "run"]
@@ -40,6 +42,7 @@ def add_parser(commands: Any) -> None:
     de.add_argument("--reference", default="rest", choices=["rest", "control"])
     de.add_argument("--half", default="all", choices=["all", "truth", "duplicate"])
     de.add_argument("--seed", type=int, default=0, help="seed of the truth/duplicate split")
+    add_quiet_option(de)
     de.add_argument("--out", required=True, help="output folder")
     de.set_defaults(handler=run)
 
@@ -59,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         half=args.half,
         seed=args.seed,
         out=args.out,
+        progress=progress_setting(args),
     )
     elapsed = time.perf_counter() - started
     n_perturbations = table.groupby(["covariate", "perturbation"], observed=True).ngroups

@@ -36,6 +36,12 @@ def add_dataset_options(parser: argparse.ArgumentParser) -> None:
         "--normalize", action="store_true", help="normalize_total(1e4) + log1p raw counts first"
     )
     add_subset_option(group)
+    group.add_argument(
+        "--pool",
+        action="store_true",
+        help="evaluate as one screen cells that an obs column splits into screens reusing "
+        "the same perturbation labels (refused by default; or use --subset / --covariate-key)",
+    )
     reading = group.add_mutually_exclusive_group()
     reading.add_argument(
         "--backed",
@@ -91,6 +97,7 @@ def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "subset": parse_subset(args.subset),
         "backed": args.backed,
         "chunk_cells": args.chunk_cells,
+        "pool": args.pool,
     }
 
 
@@ -158,6 +165,7 @@ def add_engine_options(
         "group statistics and protocol tasks on its workers, with the same results "
         "(needs scperteval[dask]; --workers is then ignored)",
     )
+    add_quiet_option(parser)
     parser.add_argument(
         "--de-method", default="t-test", choices=DE_METHOD_CHOICES, help=de_method_help
     )
@@ -172,6 +180,20 @@ def add_engine_options(
     )
 
 
+def add_quiet_option(parser: argparse.ArgumentParser) -> None:
+    """``--quiet``: no progress bars (they are shown only when stderr is a terminal)."""
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bars (shown on stderr only when it is a terminal)",
+    )
+
+
+def progress_setting(args: argparse.Namespace) -> bool | None:
+    """``progress=`` of the Python API: off with ``--quiet``, else when stderr is a terminal."""
+    return False if getattr(args, "quiet", False) else None
+
+
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments of ``calibrate`` and ``score`` from :func:`add_engine_options`."""
     options: dict[str, Any] = {
@@ -183,6 +205,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "device": None if args.device in (None, "", "numpy") else args.device,
         "precision": args.precision,
         "de_tables": args.de_table,
+        "progress": progress_setting(args),
     }
     if args.max_population_cells is not None:
         from scperteval.engine.population_cap import check_max_population_cells

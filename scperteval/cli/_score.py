@@ -130,11 +130,7 @@ def _print(result: Any, out: Path) -> None:
             print(f"{name}: {record.get('read', '')}")
     from scperteval.reporting.terminal import terminal_lines
 
-    for line in terminal_lines(result):
-        print(line)
-    from scperteval.engine.failures import failure_lines
-
-    for line in failure_lines(result.results):
+    for line in terminal_lines(result, str(out / "failures.csv")):
         print(line)
     for line in split_lines(result):
         print(line)

@@ -51,7 +51,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``scperteval split``."""
-    from scperteval.data.dataset import Dataset
+    from scperteval.data.load import load_dataset
     from scperteval.splits import make_folds, read_split, write_split
     from scperteval.splits.folds import check_seed
     from scperteval.splits.table import check_table_path
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     check_table_path(args.out, writing=True)
     if args.source is not None and not str(args.source).startswith("obs:"):
         check_table_path(args.source, writing=False)
-    dataset = Dataset(input_data(args), **dataset_kwargs(args))
+    dataset = load_dataset(input_data(args), **dataset_kwargs(args))
     if args.source is None:
         split = make_folds(dataset, folds=folds, seed=seed)
     else:

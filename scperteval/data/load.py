@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, TypedDict, Unpack
 
 from scperteval.data.dataset import Dataset
+from scperteval.data.pooling import check_pooling
 from scperteval.errors import SpecError
 from scperteval.registry import did_you_mean
 
@@ -24,7 +25,9 @@ class DatasetOptions(TypedDict, total=False):
     Every key is optional and defaults as for :class:`~scperteval.data.dataset.Dataset`:
     ``perturbation_key`` (``"perturbation"``), ``control_label`` (``"control"``),
     ``covariate_key``, ``layer``, ``min_cells`` (4), ``normalize``, ``subset``,
-    ``backed`` (``"auto"``) and ``chunk_cells``.
+    ``backed`` (``"auto"``) and ``chunk_cells``; ``pool`` (``False``) evaluates
+    cells that an ``obs`` column splits into screens sharing perturbation labels
+    as one screen instead of refusing them (:func:`~scperteval.data.pooling.check_pooling`).
     """
 
     perturbation_key: str
@@ -36,6 +39,7 @@ class DatasetOptions(TypedDict, total=False):
     subset: Mapping[str, Any] | None
     backed: bool | str
     chunk_cells: int | None
+    pool: bool
 
 
 #: The names of the reading options, in the order of :class:`DatasetOptions`.
@@ -57,7 +61,8 @@ def load_dataset(data: Any, **options: Unpack[DatasetOptions]) -> Dataset:
     **options
         How to read it: the keys of :class:`DatasetOptions`
         (``perturbation_key``, ``control_label``, ``covariate_key``, ``layer``,
-        ``min_cells``, ``normalize``, ``subset``, ``backed``, ``chunk_cells``).
+        ``min_cells``, ``normalize``, ``subset``, ``backed``, ``chunk_cells``,
+        ``pool``).
 
     Returns
     -------
@@ -71,7 +76,8 @@ def load_dataset(data: Any, **options: Unpack[DatasetOptions]) -> Dataset:
     SpecError
         If ``data`` is an open Dataset read with different options.
     DatasetError
-        If the data cannot be evaluated as given.
+        If the data cannot be evaluated as given, or (without ``pool=True``) an
+        ``obs`` column splits its cells into screens that reuse the same labels.
 
     Examples
     --------
@@ -86,6 +92,9 @@ def load_dataset(data: Any, **options: Unpack[DatasetOptions]) -> Dataset:
     if unknown:
         hint = did_you_mean(unknown[0], list(DATASET_OPTIONS))
         raise TypeError(f"unknown dataset option {unknown[0]!r}{hint}")
+    pool = given.pop("pool", False)
+    if not isinstance(pool, bool):
+        raise SpecError(f"pool must be True or False, got {pool!r}")
     if isinstance(data, Dataset):
         for name in _COMPARABLE:
             if name in given and given[name] != getattr(data, name):
@@ -93,5 +102,9 @@ def load_dataset(data: Any, **options: Unpack[DatasetOptions]) -> Dataset:
                     f"{name}={given[name]!r} differs from the open Dataset's "
                     f"{getattr(data, name)!r}; pass reading options to Dataset(...) instead"
                 )
-        return data
-    return Dataset(data, **options)
+        dataset = data
+    else:
+        dataset = Dataset(data, **given)
+    if not pool:
+        check_pooling(dataset)
+    return dataset

@@ -57,15 +57,27 @@ def failure_record(results: pd.DataFrame) -> dict[str, Any]:
     return record
 
 
-def failure_lines(results: pd.DataFrame, limit: int = 5) -> list[str]:
-    """A few readable lines on the NaN values: how many, and the commonest reasons."""
+def failure_lines(results: pd.DataFrame, listed_in: str = "failures.csv") -> list[str]:
+    """One line on the NaN values: how many, and the file that lists them.
+
+    Parameters
+    ----------
+    results
+        A tidy results table with ``protocol, source_name, value, reason`` columns.
+    listed_in
+        Where the counts by protocol, candidate and reason are written.
+
+    Returns
+    -------
+    list of str
+        No line when every value was computed, else one.
+
+    """
     counts = failure_counts(results)
     if counts.empty:
         return []
     total = int(counts["count"].sum())
-    lines = [f"{total} values are NaN by rule (counts in failures.csv):"]
-    for row in counts.head(limit).itertuples(index=False):
-        lines.append(f"  {row.count:>5} x {row.protocol} / {row.source_name}: {row.reason}")
-    if len(counts) > limit:
-        lines.append(f"  ... and {len(counts) - limit} more (protocol, candidate, reason)")
-    return lines
+    return [
+        f"{total} values are NaN by rule (a metric undefined on its input), counted by "
+        f"protocol, candidate and reason in {listed_in}"
+    ]

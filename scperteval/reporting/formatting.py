@@ -40,6 +40,33 @@ def trust_terms() -> str:
     return TRUST_TERMS
 
 
+def percent(fraction: float) -> str:
+    """A share as a person writes it: ``"0%"``, ``"<0.1%"``, ``"1.4%"``, ``"37%"``.
+
+    Shares between 0 and 0.1% (or 99.9% and 100%) are not rounded to the bound, so
+    a nonzero share never reads as none, nor an incomplete one as all.
+
+    Examples
+    --------
+    >>> percent(0.0), percent(1.4e-29), percent(0.0142), percent(0.37), percent(1.0)
+    ('0%', '<0.1%', '1.4%', '37%', '100%')
+    >>> percent(0.99999)
+    '>99.9%'
+
+    """
+    if not math.isfinite(fraction):
+        return MISSING
+    value = 100.0 * fraction
+    if value == 0 or value == 100:
+        return f"{value:.0f}%"
+    if 0 < abs(value) < 0.1:
+        return "<0.1%" if value > 0 else ">-0.1%"
+    if 99.9 < value < 100:
+        return ">99.9%"
+    text = f"{value:.1f}" if abs(value) < 10 else f"{value:.0f}"
+    return (text[:-2] if text.endswith(".0") else text) + "%"
+
+
 def significant(value: Any, digits: int = 3) -> str:
     """A number with ``digits`` significant digits, without exponent between 1e-3 and 1e5.
 
@@ -192,7 +219,7 @@ def model_notes(result: Any) -> list[tuple[str, str]]:
         parts = [
             "coverage unknown"
             if is_missing(coverage)
-            else f"covers {100 * float(coverage):.1f}% of the perturbations"
+            else f"covers {percent(float(coverage))} of the perturbations"
         ]
         if missing:
             shown = ", ".join(missing[:SHOWN_MISSING])

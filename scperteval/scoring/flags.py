@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import scipy.sparse as sp
 
+from scperteval.reporting.formatting import percent
+
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
     from scperteval.scoring.predictions import Prediction
@@ -181,7 +183,7 @@ def prediction_flags(
             if np.isfinite(ratio) and ratio < COLLAPSE_RATIO:
                 flags.append(
                     "mode collapse: the predicted profiles spread "
-                    f"{100 * ratio:.2g}% as much across perturbations as the truth's "
+                    f"{percent(ratio)} as much across perturbations as the truth's "
                     "(nearly one profile for every perturbation)"
                 )
         if conditions:
@@ -192,7 +194,7 @@ def prediction_flags(
                     if model.pseudobulk
                     else ("predicted cells checked are cells of the truth")
                 )
-                flags.append(f"leakage: {100 * leak:.0f}% of the {what}")
+                flags.append(f"leakage: {percent(leak)} of the {what}")
         record[model.name] = {
             "flags": flags,
             "collapse_ratio": float(ratio),

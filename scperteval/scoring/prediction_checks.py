@@ -16,8 +16,14 @@ import scipy.sparse as sp
 
 from scperteval.data.dataset import RAW_COUNT_MAX, Dataset
 from scperteval.errors import DatasetError
+from scperteval.reporting.formatting import percent
 
-__all__ = ["TOTAL_RATIO_WARNING", "check_scale", "check_totals", "control_totals"]
+__all__ = [
+    "TOTAL_RATIO_WARNING",
+    "check_scale",
+    "check_totals",
+    "control_totals",
+]
 
 #: A prediction whose mean total expression per row is this many times the control
 #: cells' (or less than its inverse) is probably on another scale: it is scored with a
@@ -94,9 +100,10 @@ def check_totals(
 ) -> None:
     """Compare the prediction's total expression per row with the control cells' total.
 
-    An undeclared delta (negative values, totals near 0 where the controls' are not)
-    is refused; negative values otherwise, and totals far from the controls', are
-    scored with a note.
+    An undeclared delta (negative values with a total far below the controls', or
+    a profile per perturbation whose values sum to less than 0) is refused;
+    negative values otherwise, and totals far from the controls', are scored with
+    a note.
 
     Parameters
     ----------
@@ -112,8 +119,9 @@ def check_totals(
     Raises
     ------
     DatasetError
-        For negative values with a total expression far below the controls' in a
-        model not declared to predict changes.
+        For negative values with a total expression far below the controls', or a
+        profile per perturbation summing to less than 0, in a model not declared to
+        predict changes.
 
     """
     where = f"prediction {model.name!r}"
@@ -121,29 +129,49 @@ def check_totals(
     if used.size == 0:
         return
     row_totals, n_negative, low = _scan_rows(model.matrix, used)
+    n_values = used.size * model.matrix.shape[1]
     expected = np.array([controls[c][1] for c in covariates[used]])
+    given_ratio = float(row_totals.mean() / expected.mean()) if expected.mean() > 0 else 1.0
     if model.delta:
         row_totals = row_totals + expected
     ratio = float(row_totals.mean() / expected.mean()) if expected.mean() > 0 else 1.0
     declare = f"(CLI: --delta {model.name}; Python: deltas=[{model.name!r}])"
     if n_negative and not model.delta:
-        if ratio < 1 / TOTAL_RATIO_WARNING:
+        # A profile of expression (one per perturbation) sums to a positive total,
+        # whatever a regression model's small undershoots; changes from the control
+        # sum to about 0. Single predicted cells with noise added may sum below 0.
+        below_zero = int((row_totals < 0).sum()) if model.pseudobulk else 0
+        if ratio < 1 / TOTAL_RATIO_WARNING or below_zero:
+            rows = f", {below_zero} row(s) summing to less than 0," if below_zero else ""
             raise DatasetError(
-                f"{where}: {n_negative} negative value(s) (minimum {low:g}) and a total "
-                f"expression {ratio:.3g} times the control cells' look like changes from the "
-                f"control; if the model predicts changes, declare it {declare}"
+                f"{where}: {n_negative} negative value(s) (minimum {low:g}, "
+                f"{_share(n_negative, n_values)} of the values){rows} and a total expression "
+                f"{ratio:.3g} times the control cells' look like changes from the control; "
+                f"if the model predicts changes, declare it {declare}"
             )
         notes.append(
             f"{where}: {n_negative} negative value(s) (minimum {low:g}), impossible for "
             f"log-normalised expression, are scored as given; a model predicting changes "
             f"from the control is declared {declare}"
         )
+    if model.delta and not n_negative and 1 / TOTAL_RATIO_WARNING <= given_ratio:
+        notes.append(
+            f"{where} is declared as changes from the control but has no negative value "
+            f"and a total {given_ratio:.3g} times the control cells': it looks like "
+            f"expression; if it is, leave out --delta {model.name} (Python: deltas)"
+        )
+        return
     if ratio > TOTAL_RATIO_WARNING or ratio < 1 / TOTAL_RATIO_WARNING:
         notes.append(
             f"{where}: mean total expression {row_totals.mean():.4g} is {ratio:.3g} times "
             f"the control cells' {expected.mean():.4g}; check that it is on the truth's "
             "scale (and its genes are the truth's)"
         )
+
+
+def _share(count: int, total: int) -> str:
+    """``count / total`` as a person writes a share: ``"12%"``, ``"<0.1%"``."""
+    return percent(count / total if total else 0.0)
 
 
 #: Rows of a prediction read at a time by :func:`check_totals`.

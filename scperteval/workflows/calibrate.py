@@ -84,8 +84,20 @@ class CalibrationResult:
         overall = self.overall()
         return overall.loc[overall["trusted"], "protocol"].tolist()
 
-    def summary(self) -> str:
-        """Readable table for the terminal."""
+    def summary(self, failures_file: str = "failures.csv") -> str:
+        """Readable table for the terminal.
+
+        Parameters
+        ----------
+        failures_file
+            Where the NaN values' counts are written (named in the last line).
+
+        Returns
+        -------
+        str
+            One line per protocol, the thresholds and the count of NaN values.
+
+        """
         table = self.overall()
         lines = [
             f"{'protocol':<34} {'n':>4} {'DRF mean':>9} {'DRF med':>8} {'BDS':>6}  verdict",
@@ -100,7 +112,7 @@ class CalibrationResult:
             f"thresholds: BDS >= {self.thresholds.bds_min}, DRF {self.thresholds.drf_statistic} "
             f">= {self.thresholds.drf_min}; {len(self.trusted_protocols())} of {len(table)} trusted"
         )
-        lines.extend(failure_lines(self.results))
+        lines.extend(failure_lines(self.results, failures_file))
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -198,7 +210,9 @@ def calibrate(
     **dataset_options
         How to read the dataset: ``perturbation_key``, ``control_label``,
         ``covariate_key``, ``layer``, ``min_cells``, ``normalize``, ``subset``,
-        ``backed``, ``chunk_cells`` (see :class:`~scperteval.data.load.DatasetOptions`).
+        ``backed``, ``chunk_cells``, and ``pool=True`` to read as one screen cells that an
+        ``obs`` column splits into screens reusing the same labels (refused otherwise;
+        see :class:`~scperteval.data.load.DatasetOptions`).
 
     Returns
     -------

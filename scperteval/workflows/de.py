@@ -52,7 +52,9 @@ def de(
     **dataset_options
         How to read the dataset: ``perturbation_key``, ``control_label``,
         ``covariate_key``, ``layer``, ``min_cells``, ``normalize``, ``subset``,
-        ``backed``, ``chunk_cells`` (see :class:`~scperteval.data.load.DatasetOptions`).
+        ``backed``, ``chunk_cells``, and ``pool=True`` to read as one screen cells that an
+        ``obs`` column splits into screens reusing the same labels (refused otherwise;
+        see :class:`~scperteval.data.load.DatasetOptions`).
 
     Returns
     -------

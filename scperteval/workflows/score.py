@@ -169,7 +169,9 @@ def score(
     **dataset_options
         How to read the truth: ``perturbation_key``, ``control_label``,
         ``covariate_key``, ``layer``, ``min_cells``, ``normalize``, ``subset``,
-        ``backed``, ``chunk_cells`` (see :class:`~scperteval.data.load.DatasetOptions`).
+        ``backed``, ``chunk_cells``, and ``pool=True`` to read as one screen cells that an
+        ``obs`` column splits into screens reusing the same labels (refused otherwise;
+        see :class:`~scperteval.data.load.DatasetOptions`).
 
     Returns
     -------

@@ -38,7 +38,7 @@ from scperteval.engine.protocol import Protocol
 from scperteval.engine.suites import resolve_protocols
 from scperteval.errors import DatasetError, SpecError
 from scperteval.outputs import check_output_folder
-from scperteval.progress import progress_bar
+from scperteval.progress import cell_progress, progress_bar
 from scperteval.runinfo import Timer
 from scperteval.runinfo.checksums import PendingChecksum, start_input_checksum
 from scperteval.stats.de_methods import DE_METHODS
@@ -333,13 +333,20 @@ def run_protocol_tasks(
 
     """
     # The one pass over the data, timed apart (on the cluster with a dask client).
-    with timer.step("group_statistics"):
-        group_statistics(engine, executor)
+    context = engine.context
+    with (
+        timer.step("group_statistics"),
+        progress_bar("group statistics", context.dataset.n_cells, progress) as cells,
+    ):
+        context.progress = cell_progress(cells)
+        try:
+            group_statistics(engine, executor)
+        finally:
+            context.progress = None
     with (
         timer.step("protocols"),
-        progress_bar("protocols", task_count(engine, protocols), progress) as bar,
+        progress_bar("protocols", task_count(engine, protocols), progress, "tasks") as bar,
     ):
-        bar.unit = "tasks"
         return run_protocols(
             engine, protocols, candidates, workers=workers, executor=executor, progress=bar.update
         )
