@@ -97,9 +97,9 @@ class Dataset:
         :mod:`scperteval.data.ondisk`), ``False`` loads it, ``"auto"`` opens it backed
         when the file is larger than a third of the available memory.
     chunk_cells
-        Number of rows read at a time when streaming the matrix; by default all
-        rows of an in-memory matrix (read without copying) and
-        ``DEFAULT_CHUNK_CELLS`` of a backed one.
+        Number of rows read at a time when streaming the matrix;
+        ``DEFAULT_CHUNK_CELLS`` by default, in memory (rows read without copying)
+        or backed alike.
 
     Attributes
     ----------
@@ -261,9 +261,10 @@ class Dataset:
     def chunk_slices(self, chunk_cells: int | None = None) -> list[slice]:
         """Row ranges of the kept cells that :meth:`iter_chunks` reads, in order.
 
-        ``chunk_cells`` (or the dataset's) cells each; without a size, all rows of an
-        in-memory matrix, the row chunks of a dask array, and ``DEFAULT_CHUNK_CELLS``
-        of a backed or normalised one.
+        ``chunk_cells`` (or the dataset's) cells each; without a size, the row
+        chunks of a dask array and ``DEFAULT_CHUNK_CELLS`` otherwise. In memory or
+        backed, the chunks are the same rows, so that statistics folded chunk by
+        chunk are the same bits however the matrix is held.
         """
         size = int(chunk_cells or self.chunk_cells)
         matrix = self.matrix()
@@ -273,7 +274,7 @@ class Dataset:
             bounds = np.unique(np.searchsorted(self.cell_index, block_starts))
             return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         if size <= 0:
-            size = DEFAULT_CHUNK_CELLS if self.is_backed or self.normalize else max(self.n_cells, 1)
+            size = DEFAULT_CHUNK_CELLS
         return [
             slice(start, min(start + size, self.n_cells)) for start in range(0, self.n_cells, size)
         ]

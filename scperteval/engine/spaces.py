@@ -31,7 +31,15 @@ from scperteval.registry import Registry, parse_spec
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
 
-__all__ = ["SPACES", "parse_cells_space", "principal_axes", "resolve_space", "top_indices"]
+__all__ = [
+    "RANKING_BITS",
+    "SPACES",
+    "parse_cells_space",
+    "principal_axes",
+    "ranking_keys",
+    "resolve_space",
+    "top_indices",
+]
 
 SPACES = Registry("space")
 
@@ -39,6 +47,39 @@ SPACES = Registry("space")
 def _selection(engine: Engine, label: str, genes: np.ndarray) -> FeatureMap:
     genes = np.asarray(genes, dtype=np.int64)
     return FeatureMap(label=label, names=np.asarray(engine.genes)[genes], genes=genes)
+
+
+#: Scores are ranked on this many significant bits (about 12 decimal digits): values
+#: that are equal in exact arithmetic but differ in their last bits by rounding
+#: (a Welch ``|t|`` of exactly 1 computed as ``1 - 2**-53`` or ``1 + 2**-52``) tie.
+RANKING_BITS = 40
+
+
+def ranking_keys(scores: np.ndarray) -> np.ndarray:
+    """Scores rounded to :data:`RANKING_BITS` significant bits, for ranking.
+
+    Parameters
+    ----------
+    scores
+        Any float scores; infinities and NaN are kept as they are.
+
+    Returns
+    -------
+    numpy.ndarray
+        Float64 keys, each the nearest number with at most ``RANKING_BITS``
+        significant bits (ties to even), ``-0.0`` as ``0.0``.
+
+    Examples
+    --------
+    >>> ranking_keys(np.array([0.9999999999999999, 1.0, 1.0000000000000002, 0.5]))
+    array([1. , 1. , 1. , 0.5])
+
+    """
+    values = np.asarray(scores, dtype=np.float64)
+    mantissa, exponent = np.frexp(values)
+    finite = np.isfinite(values)
+    rounded = np.ldexp(np.round(np.ldexp(mantissa, RANKING_BITS)), exponent - RANKING_BITS)
+    return np.where(finite, rounded, values) + 0.0
 
 
 def top_indices(scores: np.ndarray, k: int) -> np.ndarray:
@@ -58,15 +99,17 @@ def top_indices(scores: np.ndarray, k: int) -> np.ndarray:
 
     Notes
     -----
-    The ``k``-th largest score is found by a partial sort; the scores above it are
-    all taken and those equal to it in gene order, which is the head of a full
-    sort by (score descending, gene).
+    Scores are compared on :func:`ranking_keys` (``RANKING_BITS`` significant
+    bits), so that scores equal in exact arithmetic tie whatever their rounding.
+    The ``k``-th largest key is found by a partial sort; the keys above it are all
+    taken and those equal to it in gene order, which is the head of a full sort by
+    (key descending, gene).
 
     """
     k = min(int(k), scores.shape[0])
     if k <= 0:
         return np.empty(0, dtype=np.int64)
-    keys = -np.nan_to_num(np.asarray(scores, dtype=np.float64), nan=-np.inf)
+    keys = -np.nan_to_num(ranking_keys(scores), nan=-np.inf)
     # -0.0 and 0.0 tie in a sort: compare them as equal here too.
     keys += 0.0
     boundary = np.partition(keys, k - 1)[k - 1]

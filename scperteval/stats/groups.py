@@ -113,16 +113,20 @@ class GroupStats:
         counts = np.bincount(codes if all_kept else codes[keep], minlength=n_groups).astype(
             np.float64
         )
+        # One computation for every storage: the chunk's nonzero values, each
+        # feature's added in row order (see csr_group_moments). Dense rows become
+        # CSR and other sparse formats are converted, so that the statistics are a
+        # function of the numbers, not of how they are stored.
         if sp.issparse(matrix):
             # The kernel reads only the rows of the groups: ignored rows need no copy.
             csr = matrix if matrix.format == "csr" else matrix.tocsr()
-            mean, m2 = _sparse_moments(csr, codes, counts, n_groups, threads or Threads())
         else:
             if not all_kept:
                 rows = np.flatnonzero(keep)
                 matrix = np.asarray(matrix)[rows]
                 codes = codes[rows]
-            mean, m2 = _dense_moments(np.asarray(matrix), codes, counts, n_groups)
+            csr = sp.csr_matrix(np.atleast_2d(np.asarray(matrix)))
+        mean, m2 = _sparse_moments(csr, codes, counts, n_groups, threads or Threads())
         return cls(n=counts, mean=mean, m2=m2)
 
     def combine(self, other: GroupStats) -> GroupStats:
@@ -259,21 +263,6 @@ def _sparse_moments(
         matrix = matrix.copy()
         matrix.sum_duplicates()
         threads.run_ranges(moments_of, bounds)
-    return mean, m2
-
-
-def _dense_moments(
-    matrix: np.ndarray, codes: np.ndarray, counts: np.ndarray, n_groups: int
-) -> tuple[np.ndarray, np.ndarray]:
-    values = matrix.astype(np.float64, copy=False)
-    indicator = sp.csr_matrix(
-        (np.ones(codes.shape[0]), (codes, np.arange(codes.shape[0]))),
-        shape=(n_groups, codes.shape[0]),
-    )
-    safe_counts = np.where(counts > 0, counts, 1.0)[:, None]
-    mean = np.asarray(indicator @ values) / safe_counts
-    deviation = values - mean[codes]
-    m2 = np.asarray(indicator @ (deviation * deviation))
     return mean, m2
 
 
