@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
+from scperteval.data.dataset import normalize_log1p
 from scperteval.engine import _pca
 from scperteval.engine.spaces import ranking_keys, top_indices
 from scperteval.simulation import simulate
@@ -253,3 +254,20 @@ def test_ranking_keys_tie_scores_equal_in_exact_arithmetic():
         np.array([np.nan, np.inf, -np.inf, 0.0]),
         equal_nan=True,
     )
+
+
+def test_normalisation_depends_on_the_numbers_only():
+    adata = simulate(n_perturbations=3, n_genes=300, cells_per_perturbation=20, seed=2)
+    counts = np.asarray(adata.X.toarray() if sp.issparse(adata.X) else adata.X, dtype=np.float32)
+    # Fractional values, so that the order of a row's sum shows in its last bits.
+    values = (counts * np.float32(1.37)).astype(np.float32)
+    normalised = {}
+    for name, matrix in _storages(values).items():
+        block = normalize_log1p(matrix)
+        normalised[name] = block.toarray() if sp.issparse(block) else np.asarray(block)
+    reference = normalised.pop("csr")
+    for name, other in normalised.items():
+        assert np.array_equal(reference, other), name
+    totals = values.astype(np.float64).sum(axis=1, keepdims=True)
+    expected = np.log1p(values / np.where(totals > 0, totals, 1.0) * 1e4)
+    np.testing.assert_allclose(reference, expected, rtol=1e-12)

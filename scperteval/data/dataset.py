@@ -528,15 +528,27 @@ def normalize_log1p(block: Any, target_sum: float = 1e4) -> Any:
     """
     if sp.issparse(block):
         matrix = sp.csr_matrix(block, dtype=np.float64, copy=True)
-        totals = np.asarray(matrix.sum(axis=1)).ravel()
+        totals = _row_totals(matrix)
         scale = np.divide(target_sum, totals, out=np.zeros_like(totals), where=totals > 0)
         matrix.data *= np.repeat(scale, np.diff(matrix.indptr))
         np.log1p(matrix.data, out=matrix.data)
         return matrix
     dense = np.asarray(block, dtype=np.float64)
-    totals = dense.sum(axis=1, keepdims=True)
+    totals = _row_totals(sp.csr_matrix(dense))[:, None]
     scale = np.divide(target_sum, totals, out=np.zeros_like(totals), where=totals > 0)
     return np.log1p(dense * scale)
+
+
+def _row_totals(matrix: sp.csr_matrix) -> np.ndarray:
+    """Each row's sum over its nonzero values in column order.
+
+    The same bits for a dense row and any sparse storage of it (stored zeros,
+    unsorted columns): the sums are those of the canonical CSR of the numbers.
+    """
+    canonical = matrix.copy()
+    canonical.eliminate_zeros()
+    canonical.sum_duplicates()  # also sorts each row's columns
+    return np.asarray(canonical.sum(axis=1), dtype=np.float64).ravel()
 
 
 def _scan(values: np.ndarray, threads: Threads | None = None) -> tuple[int, float, float, bool]:

@@ -147,7 +147,7 @@ def _dense_rows(
     if sp.issparse(block):
         dense = block.astype(np.float64).toarray()
     else:
-        dense = np.array(block, dtype=np.float64)
+        dense = np.array(block, dtype=np.float64, order="C")
     dense -= offset
     return dense
 
