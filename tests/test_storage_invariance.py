@@ -259,8 +259,11 @@ def test_ranking_keys_tie_scores_equal_in_exact_arithmetic():
 def test_normalisation_depends_on_the_numbers_only():
     adata = simulate(n_perturbations=3, n_genes=300, cells_per_perturbation=20, seed=2)
     counts = np.asarray(adata.X.toarray() if sp.issparse(adata.X) else adata.X, dtype=np.float32)
-    # Fractional values, so that the order of a row's sum shows in its last bits.
-    values = (counts * np.float32(1.37)).astype(np.float32)
+    # float32 values over a wide range of magnitudes: float64 sums of them round,
+    # so the order of a row's sum shows in its last bits.
+    rng = np.random.default_rng(5)
+    scales = np.exp2(rng.integers(-24, 24, counts.shape)) * rng.uniform(1, 2, counts.shape)
+    values = (counts * scales).astype(np.float32)
     normalised = {}
     for name, matrix in _storages(values).items():
         block = normalize_log1p(matrix)
