@@ -70,7 +70,7 @@ def project_csr_rows(
         target = out[i]
         for k in range(width):
             target[k] = 0.0
-        previous = -1
+        previous = np.int64(-1)
         for position in range(indptr[row], indptr[row + 1]):
             column = np.int64(indices[position])
             if column <= previous:
