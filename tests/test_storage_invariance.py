@@ -16,10 +16,11 @@ import scipy.sparse as sp
 
 from scperteval.data.dataset import normalize_log1p
 from scperteval.engine import _pca
-from scperteval.engine.spaces import ranking_keys, top_indices
+from scperteval.engine.spaces import top_indices
 from scperteval.simulation import simulate
 from scperteval.stats.diffexp import welch_statistic_between
 from scperteval.stats.groups import GroupStats
+from scperteval.stats.ranking import ranking_keys
 from scperteval.workflows.calibrate import calibrate
 
 SAMPLE = 120  # below the perturbed cells: the population sample is a scattered subset

@@ -27,6 +27,7 @@ from scperteval.engine.featuremap import FeatureMap
 from scperteval.errors import SpecError
 from scperteval.metrics import DegenerateInput
 from scperteval.registry import Registry, parse_spec
+from scperteval.stats.ranking import RANKING_BITS, ranking_keys
 
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
@@ -47,39 +48,6 @@ SPACES = Registry("space")
 def _selection(engine: Engine, label: str, genes: np.ndarray) -> FeatureMap:
     genes = np.asarray(genes, dtype=np.int64)
     return FeatureMap(label=label, names=np.asarray(engine.genes)[genes], genes=genes)
-
-
-#: Scores are ranked on this many significant bits (about 12 decimal digits): values
-#: that are equal in exact arithmetic but differ in their last bits by rounding
-#: (a Welch ``|t|`` of exactly 1 computed as ``1 - 2**-53`` or ``1 + 2**-52``) tie.
-RANKING_BITS = 40
-
-
-def ranking_keys(scores: np.ndarray) -> np.ndarray:
-    """Scores rounded to :data:`RANKING_BITS` significant bits, for ranking.
-
-    Parameters
-    ----------
-    scores
-        Any float scores; infinities and NaN are kept as they are.
-
-    Returns
-    -------
-    numpy.ndarray
-        Float64 keys, each the nearest number with at most ``RANKING_BITS``
-        significant bits (ties to even), ``-0.0`` as ``0.0``.
-
-    Examples
-    --------
-    >>> ranking_keys(np.array([0.9999999999999999, 1.0, 1.0000000000000002, 0.5]))
-    array([1. , 1. , 1. , 0.5])
-
-    """
-    values = np.asarray(scores, dtype=np.float64)
-    mantissa, exponent = np.frexp(values)
-    finite = np.isfinite(values)
-    rounded = np.ldexp(np.round(np.ldexp(mantissa, RANKING_BITS)), exponent - RANKING_BITS)
-    return np.where(finite, rounded, values) + 0.0
 
 
 def top_indices(scores: np.ndarray, k: int) -> np.ndarray:
