@@ -137,8 +137,14 @@ class GroupStats:
         safe_n = np.where(n > 0, n, 1.0)[:, None]
         delta = other.mean - self.mean
         weight_other = (other.n[:, None]) / safe_n
-        mean = self.mean + delta * weight_other
-        m2 = self.m2 + other.m2 + delta**2 * (self.n[:, None] * weight_other)
+        # mean = self.mean + delta * w and m2 = self.m2 + other.m2 + delta**2 * (n_self * w),
+        # evaluated in place: the same operations, one full-size temporary.
+        mean = delta * weight_other
+        mean += self.mean
+        m2 = self.m2 + other.m2
+        delta *= delta
+        delta *= self.n[:, None] * weight_other
+        m2 += delta
         return GroupStats(n=n, mean=mean, m2=m2)
 
     def __add__(self, other: GroupStats) -> GroupStats:
