@@ -16,7 +16,10 @@ The monoid:
 - :meth:`GroupStats.variance` and :attr:`GroupStats.mean` finalise.
 
 Any chunking of the rows and any split into shards therefore gives the same
-statistics as one pass, to floating-point rounding.
+statistics as one pass, to floating-point rounding. For one chunking, the
+statistics are the same bits for every storage of the same numbers (dense, any
+sparse format, stored zeros, unsorted columns, float32 or float64): every chunk
+is summarised from its nonzero values, each feature's in row order.
 """
 
 from __future__ import annotations
