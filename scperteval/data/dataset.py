@@ -97,9 +97,9 @@ class Dataset:
         :mod:`scperteval.data.ondisk`), ``False`` loads it, ``"auto"`` opens it backed
         when the file is larger than a third of the available memory.
     chunk_cells
-        Number of rows read at a time when streaming the matrix; by default all
-        rows of an in-memory matrix (read without copying) and
-        ``DEFAULT_CHUNK_CELLS`` of a backed one.
+        Number of rows read at a time when streaming the matrix;
+        ``DEFAULT_CHUNK_CELLS`` by default, in memory (rows read without copying)
+        or backed alike.
 
     Attributes
     ----------
@@ -261,9 +261,10 @@ class Dataset:
     def chunk_slices(self, chunk_cells: int | None = None) -> list[slice]:
         """Row ranges of the kept cells that :meth:`iter_chunks` reads, in order.
 
-        ``chunk_cells`` (or the dataset's) cells each; without a size, all rows of an
-        in-memory matrix, the row chunks of a dask array, and ``DEFAULT_CHUNK_CELLS``
-        of a backed or normalised one.
+        ``chunk_cells`` (or the dataset's) cells each; without a size, the row
+        chunks of a dask array and ``DEFAULT_CHUNK_CELLS`` otherwise. In memory or
+        backed, the chunks are the same rows, so that statistics folded chunk by
+        chunk are the same bits however the matrix is held.
         """
         size = int(chunk_cells or self.chunk_cells)
         matrix = self.matrix()
@@ -273,7 +274,7 @@ class Dataset:
             bounds = np.unique(np.searchsorted(self.cell_index, block_starts))
             return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         if size <= 0:
-            size = DEFAULT_CHUNK_CELLS if self.is_backed or self.normalize else max(self.n_cells, 1)
+            size = DEFAULT_CHUNK_CELLS
         return [
             slice(start, min(start + size, self.n_cells)) for start in range(0, self.n_cells, size)
         ]
@@ -527,15 +528,27 @@ def normalize_log1p(block: Any, target_sum: float = 1e4) -> Any:
     """
     if sp.issparse(block):
         matrix = sp.csr_matrix(block, dtype=np.float64, copy=True)
-        totals = np.asarray(matrix.sum(axis=1)).ravel()
+        totals = _row_totals(matrix)
         scale = np.divide(target_sum, totals, out=np.zeros_like(totals), where=totals > 0)
         matrix.data *= np.repeat(scale, np.diff(matrix.indptr))
         np.log1p(matrix.data, out=matrix.data)
         return matrix
     dense = np.asarray(block, dtype=np.float64)
-    totals = dense.sum(axis=1, keepdims=True)
+    totals = _row_totals(sp.csr_matrix(dense))[:, None]
     scale = np.divide(target_sum, totals, out=np.zeros_like(totals), where=totals > 0)
     return np.log1p(dense * scale)
+
+
+def _row_totals(matrix: sp.csr_matrix) -> np.ndarray:
+    """Each row's sum over its nonzero values in column order.
+
+    The same bits for a dense row and any sparse storage of it (stored zeros,
+    unsorted columns): the sums are those of the canonical CSR of the numbers.
+    """
+    canonical = matrix.copy()
+    canonical.eliminate_zeros()
+    canonical.sum_duplicates()  # also sorts each row's columns
+    return np.asarray(canonical.sum(axis=1), dtype=np.float64).ravel()
 
 
 def _scan(values: np.ndarray, threads: Threads | None = None) -> tuple[int, float, float, bool]:

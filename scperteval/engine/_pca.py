@@ -87,26 +87,22 @@ class SampleRows:
         return self.read(start, stop)
 
 
-def _column_means(sample: Any) -> np.ndarray:
+def _column_means(sample: Any, threads: Threads) -> np.ndarray:
+    """Mean per gene, summed the same way for every storage of the same numbers.
+
+    Blocks of a fixed number of rows are written densely in float64 (as the Gram
+    route reads them) and each block's column sums, taken row by row, are added
+    in order: dense, CSR, CSC, stored zeros or unsorted rows give the same bits.
+    """
     n_cells, n_genes = sample.shape
-    if isinstance(sample, SampleRows):
-        rows = _dense_block_rows(n_genes)
-    elif sp.issparse(sample):
-        sample = sample.tocsr()
-        rows = max(1, BLOCK_BYTES // (8 * max(1, sample.nnz // max(1, n_cells))))
-    else:
-        return np.asarray(sample, dtype=np.float64).mean(axis=0)
-    # Summed in float64 (scipy accumulates in the matrix's own dtype otherwise), one
-    # block of rows at a time rather than the whole sample.
+    rows = _dense_block_rows(n_genes)
+    zero = np.zeros(n_genes)
     totals = np.zeros(n_genes)
+    buffer = np.empty((min(rows, n_cells), n_genes))
     for start in range(0, n_cells, rows):
-        block = sample[start : start + rows]
-        if sp.issparse(block):
-            block = block.tocsr()
-            totals += np.bincount(block.indices, weights=block.data, minlength=n_genes)
-        else:
-            totals += np.asarray(block, dtype=np.float64).sum(axis=0)
-    return totals / n_cells
+        block = _dense_rows(sample, start, min(start + rows, n_cells), zero, threads, buffer)
+        totals += block.sum(axis=0)
+    return totals / max(n_cells, 1)
 
 
 def _dense_block_rows(n_genes: int) -> int:
@@ -151,7 +147,7 @@ def _dense_rows(
     if sp.issparse(block):
         dense = block.astype(np.float64).toarray()
     else:
-        dense = np.array(block, dtype=np.float64)
+        dense = np.array(block, dtype=np.float64, order="C")
     dense -= offset
     return dense
 
@@ -322,7 +318,7 @@ def _principal_axes(
     sample: Any, k: int, eigensolver: Eigensolver, threads: Threads
 ) -> tuple[np.ndarray, np.ndarray]:
     n_cells, n_genes = sample.shape
-    offset = _column_means(sample)
+    offset = _column_means(sample, threads)
     n_components = min(int(k), n_cells, n_genes)
     axes: np.ndarray | None = None
     if min(n_cells, n_genes) > SMALL_SIDE and n_components < min(n_cells, n_genes):

@@ -14,6 +14,29 @@ from scperteval.kernels.threads import Threads
 __all__ = ["FeatureMap"]
 
 
+def _project(rows: Any, components: np.ndarray) -> np.ndarray:
+    """``rows @ components`` row by row, the same bits for every storage of the rows.
+
+    Each row's nonzero values are added in column order (see
+    :func:`~scperteval.kernels.sparse_rows.project_dense_rows`): dense, CSR, CSC,
+    stored zeros, unsorted columns, float32 or float64 give the same result.
+    """
+    from scperteval.kernels.sparse_rows import add_csr_rows, project_csr_rows, project_dense_rows
+
+    projected = np.empty((rows.shape[0], components.shape[1]))
+    if sp.issparse(rows):
+        csr = rows if rows.format == "csr" else rows.tocsr()
+        every_row = np.arange(csr.shape[0], dtype=np.int64)
+        if project_csr_rows(csr.indptr, csr.indices, csr.data, every_row, components, projected):
+            return projected
+        # Unsorted columns, or one stored twice: written densely first (repeats summed).
+        dense = np.zeros(csr.shape)
+        add_csr_rows(csr.indptr, csr.indices, csr.data, dense)
+        rows = dense
+    project_dense_rows(np.asarray(rows), components, projected)
+    return projected
+
+
 @dataclass(frozen=True, eq=False)
 class FeatureMap:
     """Where a protocol looks: a gene selection or a linear projection (PCA).
@@ -79,11 +102,9 @@ class FeatureMap:
             dense = block.toarray() if sp.issparse(block) else np.asarray(block)
             return np.asarray(dense, dtype=np.float64)
         assert self.components is not None
-        # One BLAS thread: a product split over threads may round differently with
-        # the machine's thread count, and values must not depend on where they ran.
-        with self._threads.single_threaded_blas():
-            projected = np.asarray(rows @ self.components, dtype=np.float64)
-            if not is_delta and self.offset is not None:
+        projected = _project(rows, self._contiguous_components)
+        if not is_delta and self.offset is not None:
+            with self._threads.single_threaded_blas():
                 projected -= self.offset @ self.components
         return projected
 
@@ -137,7 +158,9 @@ class FeatureMap:
             return self.matrix(whole[rows])
         components = self._contiguous_components
         projected = np.empty((rows.size, components.shape[1]))
-        project_csr_rows(whole.indptr, whole.indices, whole.data, rows, components, projected)
+        arrays = (whole.indptr, whole.indices, whole.data)
+        if not project_csr_rows(*arrays, rows, components, projected):
+            return self.matrix(whole[rows])
         if self.offset is not None:
             with self._threads.single_threaded_blas():
                 projected -= self.offset @ self.components

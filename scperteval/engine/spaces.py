@@ -27,11 +27,20 @@ from scperteval.engine.featuremap import FeatureMap
 from scperteval.errors import SpecError
 from scperteval.metrics import DegenerateInput
 from scperteval.registry import Registry, parse_spec
+from scperteval.stats.ranking import RANKING_BITS, ranking_keys
 
 if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
 
-__all__ = ["SPACES", "parse_cells_space", "principal_axes", "resolve_space", "top_indices"]
+__all__ = [
+    "RANKING_BITS",
+    "SPACES",
+    "parse_cells_space",
+    "principal_axes",
+    "ranking_keys",
+    "resolve_space",
+    "top_indices",
+]
 
 SPACES = Registry("space")
 
@@ -58,15 +67,17 @@ def top_indices(scores: np.ndarray, k: int) -> np.ndarray:
 
     Notes
     -----
-    The ``k``-th largest score is found by a partial sort; the scores above it are
-    all taken and those equal to it in gene order, which is the head of a full
-    sort by (score descending, gene).
+    Scores are compared on :func:`ranking_keys` (``RANKING_BITS`` significant
+    bits), so that scores equal in exact arithmetic tie whatever their rounding.
+    The ``k``-th largest key is found by a partial sort; the keys above it are all
+    taken and those equal to it in gene order, which is the head of a full sort by
+    (key descending, gene).
 
     """
     k = min(int(k), scores.shape[0])
     if k <= 0:
         return np.empty(0, dtype=np.int64)
-    keys = -np.nan_to_num(np.asarray(scores, dtype=np.float64), nan=-np.inf)
+    keys = -np.nan_to_num(ranking_keys(scores), nan=-np.inf)
     # -0.0 and 0.0 tie in a sort: compare them as equal here too.
     keys += 0.0
     boundary = np.partition(keys, k - 1)[k - 1]

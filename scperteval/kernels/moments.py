@@ -61,8 +61,9 @@ def csr_group_moments(
     indptr, indices, data
         The CSR matrix (any index and value dtypes). A visited row must not hold
         the same column twice; the returned value says whether one did. Rows need
-        not be sorted (a group with an unsorted row takes the full second pass
-        where one is needed).
+        not be sorted and may store zeros: the results are those of the matrix
+        with its stored zeros removed and its rows sorted, bit for bit (every
+        feature's values are added in row order and zeros are skipped).
     order
         Row numbers sorted by group: group ``g`` owns
         ``order[group_starts[g]:group_starts[g + 1]]``. Rows not owned by any group
@@ -93,6 +94,7 @@ def csr_group_moments(
     # Zero between groups: the finishing loop below clears what it reads.
     sums = np.zeros((n_features, 4))
     stored = np.empty(n_features, dtype=np.int64)
+    selected = np.zeros(n_features, dtype=np.bool_)
     flagged = np.empty(FEW_EXACT_FEATURES, dtype=np.int64)
     for group in range(first_group, stop_group):
         start = group_starts[group]
@@ -116,6 +118,9 @@ def csr_group_moments(
                     increasing = False
                 previous = np.int64(indices[k])
                 value = np.float64(data[k])
+                if value == 0.0:
+                    # A stored zero adds nothing: the sums are those of its absence.
+                    continue
                 addend = value - sums[column, 1]
                 total = sums[column, 0] + addend
                 sums[column, 1] = (total - sums[column, 0]) - addend
@@ -161,11 +166,34 @@ def csr_group_moments(
                 for position in range(start, stop):
                     row = order[position]
                     k = _find_column(indices, indptr[row], indptr[row + 1], feature)
-                    if k >= 0:
+                    if k >= 0 and np.float64(data[k]) != 0.0:
                         deviation = np.float64(data[k]) - feature_mean
                         spread += deviation * deviation
                         n_stored += 1
                 m2_row[feature] = spread + (n_rows - n_stored) * feature_mean**2
+            continue
+        if means_finite and n_flagged <= flagged.shape[0]:
+            # Unsorted rows: the same sums as the binary search above (each flagged
+            # feature's values in row order), read in one pass over the group, so
+            # that the order of columns within a row never changes a value.
+            for j in range(n_flagged):
+                feature = flagged[j]
+                selected[feature] = True
+                m2_row[feature] = 0.0
+                stored[feature] = 0
+            for position in range(start, stop):
+                row = order[position]
+                for k in range(indptr[row], indptr[row + 1]):
+                    column = np.uintp(indices[k])
+                    value = np.float64(data[k])
+                    if selected[column] and value != 0.0:
+                        deviation = value - mean_row[column]
+                        m2_row[column] += deviation * deviation
+                        stored[column] += 1
+            for j in range(n_flagged):
+                feature = flagged[j]
+                selected[feature] = False
+                m2_row[feature] += (n_rows - stored[feature]) * mean_row[feature] ** 2
             continue
         if not means_finite:
             # Non-finite data: plain sums, as the two-pass method takes them.
@@ -173,7 +201,8 @@ def csr_group_moments(
             for position in range(start, stop):
                 row = order[position]
                 for k in range(indptr[row], indptr[row + 1]):
-                    mean_row[np.uintp(indices[k])] += np.float64(data[k])
+                    if np.float64(data[k]) != 0.0:
+                        mean_row[np.uintp(indices[k])] += np.float64(data[k])
             for feature in range(n_features):
                 mean_row[feature] /= n_rows
         m2_row[:] = 0.0
@@ -182,7 +211,10 @@ def csr_group_moments(
             row = order[position]
             for k in range(indptr[row], indptr[row + 1]):
                 column = np.uintp(indices[k])
-                deviation = np.float64(data[k]) - mean_row[column]
+                value = np.float64(data[k])
+                if value == 0.0:
+                    continue
+                deviation = value - mean_row[column]
                 m2_row[column] += deviation * deviation
                 stored[column] += 1
         for feature in range(n_features):

@@ -38,13 +38,13 @@ def project_csr_rows(
     rows: np.ndarray,
     components: np.ndarray,
     out: np.ndarray,
-) -> None:
+) -> bool:
     """``out[i] = float64(matrix[rows[i]]) @ components``, reading the rows in place.
 
-    Each row's stored values are converted to float64 and their multiples of the
-    components' rows added in storage order to a zero row: the operations of
-    scipy's product of the selected rows (converted to float64) with a dense
-    matrix, bit for bit, without copying the rows out first.
+    Each row's nonzero values are converted to float64 and their multiples of the
+    components' rows added in column order to a zero row: the operations of
+    :func:`project_dense_rows` on the row written densely, bit for bit, and of
+    scipy's product of the rows (converted to float64) with a dense matrix.
 
     Parameters
     ----------
@@ -57,6 +57,12 @@ def project_csr_rows(
     out
         Float64 ``(rows.size, width)`` array to fill.
 
+    Returns
+    -------
+    bool
+        Whether every row's columns were strictly increasing; if not, ``out`` is
+        meaningless and the rows must be projected densely.
+
     """
     width = components.shape[1]
     for i in range(rows.size):
@@ -64,9 +70,50 @@ def project_csr_rows(
         target = out[i]
         for k in range(width):
             target[k] = 0.0
+        previous = np.int64(-1)
         for position in range(indptr[row], indptr[row + 1]):
+            column = np.int64(indices[position])
+            if column <= previous:
+                return False
+            previous = column
             value = np.float64(data[position])
-            source = components[indices[position]]
+            if value == 0.0:
+                continue
+            source = components[column]
+            for k in range(width):
+                target[k] += value * source[k]
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def project_dense_rows(values: np.ndarray, components: np.ndarray, out: np.ndarray) -> None:
+    """``out[i] = values[i] @ components``, row by row, the same bits for every storage.
+
+    Each row's nonzero values are taken in column order and their multiples of
+    the components' rows added to a zero row, as :func:`project_csr_rows` does:
+    a row's projection depends on that row alone (a BLAS product may round a row
+    differently with other rows around it) and not on how its zeros are stored.
+
+    Parameters
+    ----------
+    values
+        ``(n_rows, n_columns)`` array, any float dtype.
+    components
+        C-contiguous float64 ``(n_columns, width)`` matrix.
+    out
+        Float64 ``(n_rows, width)`` array to fill.
+
+    """
+    width = components.shape[1]
+    for i in range(values.shape[0]):
+        target = out[i]
+        for k in range(width):
+            target[k] = 0.0
+        for column in range(values.shape[1]):
+            value = np.float64(values[i, column])
+            if value == 0.0:
+                continue
+            source = components[column]
             for k in range(width):
                 target[k] += value * source[k]
 

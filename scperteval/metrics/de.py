@@ -27,6 +27,7 @@ import numpy.typing as npt
 from scperteval.metrics._registry import METRICS
 from scperteval.metrics.common import DegenerateInput
 from scperteval.metrics.metric_context import PerturbationContext
+from scperteval.stats.ranking import ranking_keys
 
 __all__ = ["DEView", "de_auprc", "de_auroc", "de_topk_overlap"]
 
@@ -86,20 +87,24 @@ class DEView:
     def ranked(self) -> tuple[npt.NDArray[np.intp], Float64Array]:
         """Features by decreasing evidence ``|statistic|``, and that evidence in this order.
 
-        NaN counts as 0 and infinity above every finite value; ties keep feature
-        order. Sorted once and kept, since every DE metric ranks the same view.
+        NaN counts as 0 and infinity above every finite value; evidence is
+        rounded to :data:`~scperteval.stats.ranking.RANKING_BITS` significant bits
+        so that values equal in exact arithmetic tie, and ties keep feature order.
+        Sorted once and kept, since every DE metric ranks the same view.
 
         Returns
         -------
         order : numpy.ndarray
             Feature indices, most evidence first.
         evidence : numpy.ndarray
-            ``|statistic|`` of those features, non-increasing.
+            The rounded ``|statistic|`` of those features, non-increasing.
 
         """
         ranked = self._descending
         if ranked is None:
-            evidence = _evidence(self)
+            # Ranked on rounded evidence: |t| equal in exact arithmetic ties (see
+            # ranking_keys), and ties keep feature order.
+            evidence = ranking_keys(_evidence(self))
             order = np.argsort(-evidence, kind="stable")
             ranked = (order, evidence[order])
             self._descending = ranked

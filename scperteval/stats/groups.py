@@ -16,7 +16,10 @@ The monoid:
 - :meth:`GroupStats.variance` and :attr:`GroupStats.mean` finalise.
 
 Any chunking of the rows and any split into shards therefore gives the same
-statistics as one pass, to floating-point rounding.
+statistics as one pass, to floating-point rounding. For one chunking, the
+statistics are the same bits for every storage of the same numbers (dense, any
+sparse format, stored zeros, unsorted columns, float32 or float64): every chunk
+is summarised from its nonzero values, each feature's in row order.
 """
 
 from __future__ import annotations
@@ -113,16 +116,20 @@ class GroupStats:
         counts = np.bincount(codes if all_kept else codes[keep], minlength=n_groups).astype(
             np.float64
         )
+        # One computation for every storage: the chunk's nonzero values, each
+        # feature's added in row order (see csr_group_moments). Dense rows become
+        # CSR and other sparse formats are converted, so that the statistics are a
+        # function of the numbers, not of how they are stored.
         if sp.issparse(matrix):
             # The kernel reads only the rows of the groups: ignored rows need no copy.
             csr = matrix if matrix.format == "csr" else matrix.tocsr()
-            mean, m2 = _sparse_moments(csr, codes, counts, n_groups, threads or Threads())
         else:
             if not all_kept:
                 rows = np.flatnonzero(keep)
                 matrix = np.asarray(matrix)[rows]
                 codes = codes[rows]
-            mean, m2 = _dense_moments(np.asarray(matrix), codes, counts, n_groups)
+            csr = sp.csr_matrix(np.atleast_2d(np.asarray(matrix)))
+        mean, m2 = _sparse_moments(csr, codes, counts, n_groups, threads or Threads())
         return cls(n=counts, mean=mean, m2=m2)
 
     def combine(self, other: GroupStats) -> GroupStats:
@@ -133,8 +140,14 @@ class GroupStats:
         safe_n = np.where(n > 0, n, 1.0)[:, None]
         delta = other.mean - self.mean
         weight_other = (other.n[:, None]) / safe_n
-        mean = self.mean + delta * weight_other
-        m2 = self.m2 + other.m2 + delta**2 * (self.n[:, None] * weight_other)
+        # mean = self.mean + delta * w and m2 = self.m2 + other.m2 + delta**2 * (n_self * w),
+        # evaluated in place: the same operations, one full-size temporary.
+        mean = delta * weight_other
+        mean += self.mean
+        m2 = self.m2 + other.m2
+        delta *= delta
+        delta *= self.n[:, None] * weight_other
+        m2 += delta
         return GroupStats(n=n, mean=mean, m2=m2)
 
     def __add__(self, other: GroupStats) -> GroupStats:
@@ -259,21 +272,6 @@ def _sparse_moments(
         matrix = matrix.copy()
         matrix.sum_duplicates()
         threads.run_ranges(moments_of, bounds)
-    return mean, m2
-
-
-def _dense_moments(
-    matrix: np.ndarray, codes: np.ndarray, counts: np.ndarray, n_groups: int
-) -> tuple[np.ndarray, np.ndarray]:
-    values = matrix.astype(np.float64, copy=False)
-    indicator = sp.csr_matrix(
-        (np.ones(codes.shape[0]), (codes, np.arange(codes.shape[0]))),
-        shape=(n_groups, codes.shape[0]),
-    )
-    safe_counts = np.where(counts > 0, counts, 1.0)[:, None]
-    mean = np.asarray(indicator @ values) / safe_counts
-    deviation = values - mean[codes]
-    m2 = np.asarray(indicator @ (deviation * deviation))
     return mean, m2
 
 
