@@ -144,6 +144,12 @@ def read_prediction(value: Any, name: str, dataset: Dataset) -> PredictionTable:
         path = Path(value)
         if not path.exists():
             raise DatasetError(f"{where}: file {path} not found")
+        if path.is_dir():
+            raise DatasetError(
+                f"{where}: {path} is a folder, not a prediction file; give a file "
+                f"({', '.join(PREDICTION_SUFFIXES)}), or the folder alone (--pred {path}) "
+                "to score each file in it as a model"
+            )
         return _read_file(path, where, dataset)
     if is_annotated_data(value):
         return _from_anndata(value, "AnnData", where, dataset)
@@ -171,9 +177,9 @@ def _read_file(path: Path, where: str, dataset: Dataset) -> PredictionTable:
         if suffix == ".h5ad":
             return _from_anndata(open_h5ad(path), described, where, dataset)
         if suffix in (".csv", ".tsv"):
-            frame = pd.read_csv(
-                path, sep="," if suffix == ".csv" else "\t", float_precision="round_trip"
-            )
+            separator = "," if suffix == ".csv" else "\t"
+            frame = pd.read_csv(path, sep=separator, float_precision="round_trip")
+            _refuse_other_separator(where, path, frame, separator)
         elif suffix == ".parquet":
             frame = pd.read_parquet(path)
         else:
@@ -255,13 +261,61 @@ def _from_frame(
             + (f", {covariate_key!r}" if covariate_key else "")
             + ") and one numeric column per gene"
         )
+    matrix = values.to_numpy(dtype=np.float64)
+    _refuse_differing_rows(where, matrix, labels, covariates)
     return PredictionTable(
-        matrix=values.to_numpy(dtype=np.float64),
+        matrix=matrix,
         genes=pd.Index([str(c) for c in values.columns]),
         labels=labels,
         covariates=covariates,
         description=f"{described}: {len(frame)} rows, perturbations from {source}",
     )
+
+
+#: Separators a table may be written with, by the name a message gives them.
+SEPARATOR_NAMES = {",": "commas", "\t": "tabs", ";": "semicolons", "|": "vertical bars"}
+
+
+def _refuse_other_separator(where: str, path: Path, frame: pd.DataFrame, separator: str) -> None:
+    """A table read as one column whose header holds another separator was written with it."""
+    if len(frame.columns) != 1:
+        return
+    header = str(frame.columns[0])
+    found = [s for s in SEPARATOR_NAMES if s != separator and s in header]
+    if found:
+        expected = ".csv (commas)" if separator == "," else ".tsv (tabs)"
+        raise DatasetError(
+            f"{where}: {path.name} is separated by {SEPARATOR_NAMES[found[0]]}, not "
+            f"{SEPARATOR_NAMES[separator]}; write it as {expected}"
+            + (" or name it .tsv" if found[0] == "\t" else "")
+        )
+
+
+def _refuse_differing_rows(
+    where: str, matrix: np.ndarray, labels: np.ndarray, covariates: np.ndarray | None
+) -> None:
+    """A table has one row per perturbation: two different rows for one label are refused.
+
+    Averaging them silently would score a profile that nobody predicted; rows that
+    repeat the same values are harmless and kept.
+    """
+    keys = pd.MultiIndex.from_arrays(
+        [labels, covariates if covariates is not None else np.zeros(len(labels))]
+    )
+    repeated = keys.duplicated(keep=False)
+    if not repeated.any():
+        return
+    frame = pd.DataFrame(matrix[repeated]).assign(_key=keys[repeated])
+    differing = [
+        key for key, rows in frame.groupby("_key", sort=True) if len(rows.drop_duplicates()) > 1
+    ]
+    if differing:
+        shown = listing([str(label) for label, _ in differing], limit=5)
+        raise DatasetError(
+            f"{where}: {len(differing)} perturbation(s) have two or more different rows: "
+            f"{shown}; a table holds one row per perturbation (average the rows, or give "
+            "cells as an .h5ad)"
+        )
 
 
 def _from_array(
