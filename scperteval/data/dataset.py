@@ -253,6 +253,10 @@ class Dataset:
             return self._disk_matrix
         stored = self.adata.layers[self.layer] if self.layer is not None else self.adata.X
         if not self.is_backed:
+            if getattr(stored, "dtype", None) == np.float16:
+                # Half precision has no compiled kernels; float32 holds every such value exactly.
+                self._disk_matrix = stored.astype(np.float32)
+                return self._disk_matrix
             return stored
         where = f"{self.source}: " + (f"layer {self.layer!r}" if self.layer else "X")
         self._disk_matrix = on_disk(stored, where)

@@ -329,6 +329,9 @@ def _truth_columns(matrix: Any, columns: np.ndarray) -> Any:
     selection would copy it unchanged (a CSR's rows keep their entries' order),
     doubling the memory of a prediction as large as the dataset.
     """
+    if getattr(matrix, "dtype", None) == np.float16:
+        # Half precision has no compiled kernels; float32 holds every such value exactly.
+        matrix = matrix.astype(np.float32)
     in_order = columns.size == matrix.shape[1] and np.array_equal(columns, np.arange(columns.size))
     if sp.issparse(matrix):
         rows = sp.csr_matrix(matrix)
