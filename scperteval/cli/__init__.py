@@ -29,6 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
     # Every option's help shows its default (perturbation key, control label, seed, ...).
     for subparser in commands.choices.values():
         subparser.formatter_class = DefaultsHelpFormatter
+        if any("--out" in action.option_strings for action in subparser._actions):
+            subparser.add_argument(
+                "--overwrite",
+                action="store_true",
+                help="write into --out even when it holds another command's run or files "
+                "scperteval did not write",
+            )
     return parser
 
 
@@ -91,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
     try:
+        _check_out(args)
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             return int(args.handler(args))
@@ -107,6 +115,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """``--out``: a folder this command may write into, checked before any work."""
+    from scperteval.outputs import check_folder_owner, check_output_folder
+
+    out = getattr(args, "out", None)
+    if out is None:
+        return
+    check_output_folder(out)
+    check_folder_owner(out, args.command, overwrite=getattr(args, "overwrite", False))
 
 
 #: Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
