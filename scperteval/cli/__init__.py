@@ -14,6 +14,7 @@ from typing import Any
 
 from scperteval._version import __version__
 from scperteval.cli import _calibrate, _de, _demo, _distances, _listing, _score
+from scperteval.cli._streams import GuardedOutput, OutputLost, ended_output
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,9 +64,16 @@ def console_main() -> int:
 
     """
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+    stdout = sys.stdout
+    sys.stdout = GuardedOutput(stdout)  # type: ignore[assignment]
     try:
-        return main()
+        code = main()
+        sys.stdout.flush()
+        return code
+    except OutputLost as lost:
+        return ended_output(lost, stdout)
     finally:
+        sys.stdout = stdout
         gc.freeze()
 
 
