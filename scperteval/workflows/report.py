@@ -25,6 +25,7 @@ import pandas as pd
 from scperteval.engine.calibrators import Thresholds
 from scperteval.errors import DatasetError, SpecError
 from scperteval.outputs import check_output_folder, staged_output
+from scperteval.workflows.stored_run import check_stored_run
 from scperteval.reporting.across import write_across
 from scperteval.scoring.across import AcrossDatasets, across_datasets, dataset_label
 from scperteval.scoring.derive import derive
@@ -71,6 +72,7 @@ def _read_run(folder: Path) -> Run:
     except Exception as exc:  # noqa: BLE001 - any reader failure means a damaged run folder
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DatasetError(f"{folder}: cannot read the stored results ({reason})") from None
+    check_stored_run(folder, results, protocols, options)
     return results, protocols, options
 
 
