@@ -302,6 +302,8 @@ def load_predictions(
     if control not in CONTROL_MODES:
         raise SpecError(f"control must be 'measured' or 'predicted', got {control!r}")
     inputs = prediction_inputs(spec)
+    # One model named as a string is a list of one, not of its letters.
+    deltas = (deltas,) if isinstance(deltas, str) else tuple(deltas)
     unknown = sorted(set(deltas) - set(inputs))
     if unknown:
         raise SpecError(
