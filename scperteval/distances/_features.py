@@ -205,6 +205,8 @@ def group_cells(
     if obsm_key is None and space is None:
         space = "full"
     fitted = parse_cells_space(space) if space is not None else None
+    if adata.n_obs == 0 or (obsm_key is None and adata.n_vars == 0):
+        raise DatasetError(f"the data has no cells or no genes ({adata.n_obs} x {adata.n_vars})")
     labels = _column(adata, groupby, "groupby")
     rows = _selected(adata, subset)
     if covariate_key is not None:

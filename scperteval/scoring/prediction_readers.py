@@ -197,6 +197,7 @@ def _from_anndata(adata: Any, described: str, where: str, dataset: Dataset) -> P
     key = dataset.perturbation_key
     obs = adata.obs
     if key in obs.columns:
+        _refuse_unlabelled_rows(where, obs[key], key)
         labels = obs[key].astype(str).to_numpy()
         source = f"obs[{key!r}]"
     elif _overlap(adata.obs_names, dataset):
@@ -223,8 +224,11 @@ def _from_frame(
 ) -> PredictionTable:
     key = dataset.perturbation_key
     covariate_key = dataset.covariate_key
+    if frame.empty and len(frame.columns):
+        raise DatasetError(f"{where}: the table has columns but no row; one row per perturbation")
     frame = frame.reset_index() if _index_is_named_label(frame, key, covariate_key) else frame
     if key in frame.columns:
+        _refuse_unlabelled_rows(where, frame[key], key)
         labels = frame[key].astype(str).to_numpy()
         source = f"column {key!r}"
         label_columns = [key]
@@ -288,6 +292,16 @@ def _refuse_other_separator(where: str, path: Path, frame: pd.DataFrame, separat
             f"{where}: {path.name} is separated by {SEPARATOR_NAMES[found[0]]}, not "
             f"{SEPARATOR_NAMES[separator]}; write it as {expected}"
             + (" or name it .tsv" if found[0] == "\t" else "")
+        )
+
+
+def _refuse_unlabelled_rows(where: str, labels: pd.Series, key: str) -> None:
+    """Rows without a label would become a perturbation ``'nan'``: refused, counted."""
+    unlabelled = int(labels.isna().sum())
+    if unlabelled:
+        raise DatasetError(
+            f"{where}: {unlabelled} row(s) have no label (NaN or empty) in column {key!r}; "
+            "label every row, or leave the row out"
         )
 
 

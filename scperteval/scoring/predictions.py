@@ -212,7 +212,21 @@ def prediction_inputs(spec: Any) -> dict[str, Any]:
     for name in result:
         if not isinstance(name, str) or not name.strip():
             raise DatasetError(f"model names must be non-empty strings, got {name!r}")
-    return result
+    return {_encodable(name): value for name, value in result.items()}
+
+
+def _encodable(name: str) -> str:
+    """A model name that every output file can hold.
+
+    A file name that is not UTF-8 (``caf\\xe9.csv`` written in Latin-1) reaches
+    Python with surrogate characters, which no table or report can encode: its
+    bytes are written as escapes instead (``caf\\xe9``).
+    """
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return name
 
 
 def _named_items(items: list[Any]) -> dict[str, Any]:
