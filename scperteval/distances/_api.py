@@ -18,11 +18,11 @@ import pandas as pd
 
 from scperteval.data.dataset import Dataset
 from scperteval.data.h5ad import StoredAnnData
+from scperteval.data.labels import listing
 from scperteval.data.matrix_io import open_data
 from scperteval.distances._base import Distance, Group, resolve_distance
 from scperteval.distances._features import ALL, GroupedCells, group_cells
 from scperteval.distances._kernel import PairKernelDistance
-from scperteval.data.labels import listing
 from scperteval.errors import DatasetError, ScpertevalWarning, SpecError
 from scperteval.kernels.threads import available_cores
 
@@ -139,7 +139,8 @@ def _group_list(groups: Any) -> list[str] | None:
     if isinstance(groups, str):
         return [groups]
     if not isinstance(groups, (Sequence, np.ndarray, pd.Index, pd.Series)):
-        raise SpecError(f"groups must be a list of group labels or None, got {type(groups).__name__}")
+        kind = type(groups).__name__
+        raise SpecError(f"groups must be a list of group labels or None, got {kind}")
     return [str(g) for g in groups]
 
 

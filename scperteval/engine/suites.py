@@ -121,8 +121,7 @@ def _protocol_tables(name: str, data: Mapping[str, Any]) -> list[Mapping[str, An
     use = data.get("use", [])
     if not isinstance(use, list) or not all(isinstance(item, str) for item in use):
         raise SpecError(
-            f"suite {name!r}: use must be a list of protocol names (use = [\"mse\"]), "
-            f"got {use!r}"
+            f'suite {name!r}: use must be a list of protocol names (use = ["mse"]), got {use!r}'
         )
     if not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries):
         raise SpecError(
@@ -131,7 +130,9 @@ def _protocol_tables(name: str, data: Mapping[str, Any]) -> list[Mapping[str, An
         )
     for entry in entries:
         if not isinstance(entry.get("name", ""), str):
-            raise SpecError(f"suite {name!r}: a protocol's name must be text, got {entry['name']!r}")
+            raise SpecError(
+                f"suite {name!r}: a protocol's name must be text, got {entry['name']!r}"
+            )
         if not isinstance(entry.get("params", {}), Mapping):
             raise SpecError(
                 f"suite {name!r}: protocol {entry.get('name')!r}: params must be a table "

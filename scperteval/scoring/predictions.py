@@ -218,9 +218,9 @@ def prediction_inputs(spec: Any) -> dict[str, Any]:
 def _encodable(name: str) -> str:
     """A model name that every output file can hold.
 
-    A file name that is not UTF-8 (``caf\\xe9.csv`` written in Latin-1) reaches
-    Python with surrogate characters, which no table or report can encode: its
-    bytes are written as escapes instead (``caf\\xe9``).
+    A file name that is not UTF-8 (``café.csv`` written in Latin-1) reaches Python
+    with surrogate characters, which no table or report can encode: its bytes are
+    written as backslash escapes instead.
     """
     try:
         name.encode("utf-8")

@@ -25,12 +25,12 @@ import pandas as pd
 from scperteval.engine.calibrators import Thresholds
 from scperteval.errors import DatasetError, SpecError
 from scperteval.outputs import check_output_folder, staged_output
-from scperteval.workflows.stored_run import check_stored_run
 from scperteval.reporting.across import write_across
 from scperteval.scoring.across import AcrossDatasets, across_datasets, dataset_label
 from scperteval.scoring.derive import derive
 from scperteval.scoring.result import PROTOCOL_FILE, RESULT_FILE, RUN_FILE, ScoreResult
 from scperteval.scoring.trust import MIN_PERTURBATIONS
+from scperteval.workflows.stored_run import check_stored_run
 
 __all__ = ["report"]
 
