@@ -70,7 +70,7 @@ def check_output_folder(out: str | os.PathLike[str]) -> Path:
 
 #: Commands whose runs may replace one another in one folder (a report of a score
 #: run is written beside it; the demo is a score run).
-_KINDRED_COMMANDS = ({"score", "report", "demo"},)
+_KINDRED_COMMANDS = (frozenset({"score", "report", "demo"}),)
 
 
 def check_folder_owner(out: str | os.PathLike[str], command: str, overwrite: bool = False) -> None:

@@ -180,6 +180,7 @@ def _read_file(path: Path, where: str, dataset: Dataset) -> PredictionTable:
             separator = "," if suffix == ".csv" else "\t"
             frame = pd.read_csv(path, sep=separator, float_precision="round_trip")
             _refuse_other_separator(where, path, frame, separator)
+            _refuse_repeated_columns(where, path, separator)
         elif suffix == ".parquet":
             frame = pd.read_parquet(path)
         else:
@@ -187,6 +188,11 @@ def _read_file(path: Path, where: str, dataset: Dataset) -> PredictionTable:
                 return _from_npz(dict(arrays), described, where, dataset)
     except DatasetError:
         raise
+    except UnicodeDecodeError as exc:
+        raise DatasetError(
+            f"{where}: cannot read {path} as {form}: it is not UTF-8 text ({exc.reason} at "
+            f"byte {exc.start}); save it as UTF-8"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - any reader failure means unreadable input
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DatasetError(f"{where}: cannot read {path} as {form} ({reason})") from None
@@ -277,7 +283,9 @@ def _from_frame(
 
 
 #: Separators a table may be written with, by the name a message gives them.
-SEPARATOR_NAMES = {",": "commas", "\t": "tabs", ";": "semicolons", "|": "vertical bars"}
+SEPARATOR_NAMES = MappingProxyType(
+    {",": "commas", "\t": "tabs", ";": "semicolons", "|": "vertical bars"}
+)
 
 
 def _refuse_other_separator(where: str, path: Path, frame: pd.DataFrame, separator: str) -> None:
@@ -302,6 +310,18 @@ def _refuse_unlabelled_rows(where: str, labels: pd.Series, key: str) -> None:
         raise DatasetError(
             f"{where}: {unlabelled} row(s) have no label (NaN or empty) in column {key!r}; "
             "label every row, or leave the row out"
+        )
+
+
+def _refuse_repeated_columns(where: str, path: Path, separator: str) -> None:
+    """A header naming a column twice: pandas would rename the second ``G.1`` unsaid."""
+    header = pd.read_csv(path, sep=separator, header=None, nrows=1, dtype=str).iloc[0]
+    names = pd.Index(header.fillna("").astype(str))
+    if names.has_duplicates:
+        repeated = names[names.duplicated()].unique().tolist()
+        raise DatasetError(
+            f"{where}: {path.name} names {len(repeated)} column(s) twice: {listing(repeated)}; "
+            "each gene must appear once"
         )
 
 

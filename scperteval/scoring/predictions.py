@@ -462,9 +462,13 @@ def _gene_columns(where: str, genes: pd.Index, dataset: Dataset, notes: list[str
                 f"; {len(by_case)} of them match only up to case (e.g. {match!r} for "
                 f"{example!r}): gene names are matched exactly"
             )
+        shown = (
+            listing(missing_genes.tolist())
+            if hint or len(missing_genes) > len(genes)
+            else unmatched_listing(missing_genes.tolist(), list(genes))
+        )
         raise DatasetError(
-            f"{where}: {len(missing_genes)} gene(s) of the truth missing: "
-            f"{listing(missing_genes.tolist())}{hint}"
+            f"{where}: {len(missing_genes)} gene(s) of the truth missing: {shown}{hint}"
         )
     extra = genes.difference(dataset.var_names)
     if len(extra):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
@@ -301,7 +302,7 @@ def build_engine(
 
 #: The halves whose DE a run reads: a calibrated run that of the truth half (and the
 #: duplicate half a technical duplicate is scored on), a ``truth="all"`` run all cells.
-DE_HALVES = {"half": ("truth", "duplicate"), "all": ("all",)}
+DE_HALVES = MappingProxyType({"half": ("truth", "duplicate"), "all": ("all",)})
 
 
 def _check_de_half(table: Any, truth: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numbers
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -26,11 +27,13 @@ TEXT_COLUMNS = ("protocol", "covariate", "perturbation", "source", "source_name"
 SOURCES = ("model", "baseline", "negative", "positive")
 
 #: Options of ``run.json`` with the values they may take (a type, or the accepted words).
-WORD_OPTIONS = {
-    "truth": ("half", "all"),
-    "aggregate": ("mean", "median"),
-    "correction": ("bonferroni", "bh"),
-}
+WORD_OPTIONS = MappingProxyType(
+    {
+        "truth": ("half", "all"),
+        "aggregate": ("mean", "median"),
+        "correction": ("bonferroni", "bh"),
+    }
+)
 MAPPING_OPTIONS = ("thresholds", "flags", "models", "dataset_options")
 
 
