@@ -140,6 +140,34 @@ def _write_unusual_inputs(folder: Path, truth, good) -> None:
     unlabelled.loc[0, "perturbation"] = None
     unlabelled.to_csv(folder / "unlabelled_rows.csv", index=False)
     (folder / "a_folder").mkdir()
+    (folder / "empty.csv").write_text("")
+    repeated_column = good.copy()
+    repeated_column.columns = [*good.columns[:-1], good.columns[1]]
+    repeated_column.to_csv(folder / "repeated_column.csv", index=False)
+    latin = good.assign(perturbation=good["perturbation"] + "\xe9")
+    (folder / "latin1.csv").write_bytes(latin.to_csv(index=False).encode("latin-1"))
+    good.rename(columns={g: f"{g} " for g in genes}).to_csv(
+        folder / "spaced_genes.csv", index=False
+    )
+    good.assign(**{genes[2]: np.inf}).to_csv(folder / "infinite.csv", index=False)
+    np.savez(
+        folder / "one_dimensional.npz",
+        X=np.zeros(5),
+        perturbations=good["perturbation"].to_numpy(str),
+        genes=np.asarray(genes),
+    )
+    (folder / "no_bytes.toml").write_text("")
+    (folder / "unknown_metric.toml").write_text(
+        '[[protocol]]\nname = "x"\nmetric = "nope"\nnegative = "matched_perturbed_sample"\n'
+    )
+    (folder / "empty_folder").mkdir()
+    truth[:0].copy().write_h5ad(folder / "no_cells.h5ad")
+    duplicated = truth.copy()
+    duplicated.var_names = [genes[0], *genes[1:-1], genes[0]]
+    duplicated.write_h5ad(folder / "duplicated_genes.h5ad")
+    only_control = truth.copy()
+    only_control.obs["perturbation"] = "control"
+    only_control.write_h5ad(folder / "only_control.h5ad")
     (folder / "a_folder_with_files").mkdir()
     (folder / "a_folder_with_files" / "notes.txt").write_text("the user's own notes")
     (folder / "protocol_text.toml").write_text('protocol = "mse"\n')
@@ -881,6 +909,128 @@ CASES: list[tuple[str, list[str], str]] = [
         ["report", "{bad}/tampered_protocol_undescribed", "--out", "{out}"],
         r"protocol\(s\) 'zzz' are not described in protocols\.csv",
     ),
+    # The next cases found by trying: empty, repeated, mis-encoded and out-of-range input.
+    (
+        "empty prediction file",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/empty.csv", "--out", "{out}"],
+        r"cannot read .*empty\.csv as CSV table \(No columns to parse",
+    ),
+    (
+        "a gene column named twice",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/repeated_column.csv", "--out", "{out}"],
+        r"repeated_column\.csv names 1 column\(s\) twice: 'G0'; each gene must appear once",
+    ),
+    (
+        "prediction table in Latin-1",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/latin1.csv", "--out", "{out}"],
+        r"latin1\.csv as CSV table: it is not UTF-8 text .*; save it as UTF-8",
+    ),
+    (
+        "gene names with a trailing space",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/spaced_genes.csv", "--out", "{out}"],
+        r"gene\(s\) of the truth missing: 'G0' \(nearest: 'G0 '\)",
+    ),
+    (
+        "infinite predicted values",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/infinite.csv", "--out", "{out}"],
+        r"4 non-finite predicted value\(s\)",
+    ),
+    (
+        "one-dimensional .npz prediction",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/one_dimensional.npz", "--out", "{out}"],
+        r"values must be 2-D \(rows x genes\), got 1-D",
+    ),
+    (
+        "empty suite file",
+        ["calibrate", "{data}", "-p", "{bad}/no_bytes.toml", "--out", "{out}"],
+        r"suite 'no_bytes' defines no protocol",
+    ),
+    (
+        "suite with an unknown metric",
+        ["calibrate", "{data}", "-p", "{bad}/unknown_metric.toml", "--out", "{out}"],
+        r"unknown metric 'nope'",
+    ),
+    (
+        "prediction folder without prediction files",
+        ["score", "{data}", "-p", "mse", "--pred", "{bad}/empty_folder", "--out", "{out}"],
+        r"no prediction files .* in folder .*empty_folder",
+    ),
+    (
+        "one model name given twice",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/good.csv"]
+        + ["--pred", "m={bad}/good.csv", "--out", "{out}"],
+        r"model name 'm' given twice",
+    ),
+    (
+        "zero genes",
+        ["calibrate", "{bad}/no_genes.h5ad", "-p", "mse", "--out", "{out}"],
+        r"empty dataset \(72 cells x 0 genes\)",
+    ),
+    (
+        "zero cells",
+        ["calibrate", "{bad}/no_cells.h5ad", "-p", "mse", "--out", "{out}"],
+        r"empty dataset \(0 cells x 30 genes\)",
+    ),
+    (
+        "distances: zero cells",
+        ["distances", "{bad}/no_cells.h5ad", "--groupby", "perturbation", "--out", "{out}"],
+        r"the data has no cells or no genes \(0 x 30\)",
+    ),
+    (
+        "duplicated gene names in the truth",
+        ["calibrate", "{bad}/duplicated_genes.h5ad", "-p", "mse", "--out", "{out}"],
+        r"duplicate gene names in var_names: 'G0' \(make them unique",
+    ),
+    (
+        "only control cells",
+        ["calibrate", "{bad}/only_control.h5ad", "-p", "mse", "--out", "{out}"],
+        r"no perturbation in column 'perturbation' has at least min_cells=4 cells",
+    ),
+    (
+        "a subset value that is absent",
+        ["calibrate", "{data}", "-p", "mse", "--subset", "perturbation=zzz", "--out", "{out}"],
+        r"subset value\(s\) 'zzz' not found in column 'perturbation'",
+    ),
+    (
+        "a threshold without a value",
+        ["calibrate", "{data}", "-p", "mse", "--thresholds", "bds", "--out", "{out}"],
+        r"cannot read threshold 'bds'",
+    ),
+    (
+        "DE table folder without a table",
+        ["calibrate", "{data}", "-p", "mse", "--de-table", "{bad}/empty_folder", "--out", "{out}"],
+        r"DE table .*empty_folder: not found",
+    ),
+    (
+        "empty control label",
+        ["calibrate", "{data}", "-p", "mse", "--control-label", "", "--out", "{out}"],
+        r"control label '' not found in column 'perturbation'; labels that look like controls",
+    ),
+    (
+        "empty perturbation key",
+        ["calibrate", "{data}", "-p", "mse", "--perturbation-key", "", "--out", "{out}"],
+        r"perturbation_key must be a column name, got ''",
+    ),
+    (
+        "a huge k",
+        ["calibrate", "{data}", "-p", "mse_top_k=1e9", "--out", "{out}"],
+        r"option k must be a whole number of at least 1, got 1000000000\.0",
+    ),
+    (
+        "one protocol given twice",
+        ["calibrate", "{data}", "-p", "mse,mse", "--out", "{out}"],
+        r"protocol 'mse' given twice",
+    ),
+    (
+        "a seed in scientific notation",
+        ["calibrate", "{data}", "-p", "mse", "--seed", "1e3", "--out", "{out}"],
+        r"argument --seed: invalid int value: '1e3'",
+    ),
+    (
+        "report into a file",
+        ["report", "{bad}/tampered_seed_text", "--out", "{bad}/good.csv"],
+        r"good\.csv is an existing file, not a folder",
+    ),
 ]
 
 
@@ -960,6 +1110,16 @@ VALID_CASES = [
         None,
     ),
     (
+        "prediction file whose name is not UTF-8",
+        ["score", "{data}", "-p", "mse", "--pred", "{tmp}/caf\udce9.csv", "--out", "{out}"],
+        r"mean total expression",
+    ),
+    (
+        "a seed beyond 64 bits",
+        ["calibrate", "{data}", "-p", "mse", "--seed", str(2**80), "--out", "{out}"],
+        None,
+    ),
+    (
         "--overwrite into a folder of another command",
         ["calibrate", "{data}", "-p", "mse", "--overwrite", "--out", "{tmp}/score_run"],
         None,
@@ -984,6 +1144,15 @@ def _write_valid_unusual(small_path: Path, tmp: Path) -> None:
     half = truth.copy()
     half.X = np.asarray(half.X.todense()).astype(np.float16)
     half.write_h5ad(tmp / "half.h5ad")
+    import pandas as pd
+
+    labels_of = sorted(set(truth.obs["perturbation"].astype(str)) - {"control"})
+    table = pd.DataFrame(np.full((len(labels_of), truth.n_vars), 0.5), columns=truth.var_names)
+    table.insert(0, "perturbation", labels_of)
+    # A Latin-1 file name reaches Python with a surrogate for its undecodable byte.
+    Path(os.fsdecode(os.fsencode(tmp) + b"/caf\xe9.csv")).write_bytes(
+        table.to_csv(index=False).encode()
+    )
     (tmp / "score_run").mkdir()
     (tmp / "score_run" / "run.json").write_text('{"command": "score", "options": {}}')
 

@@ -172,7 +172,9 @@ def _read_file(path: Path, where: str, dataset: Dataset) -> PredictionTable:
         raise DatasetError(
             f"{where}: cannot read {path.name}: accepted files are {', '.join(PREDICTION_SUFFIXES)}"
         )
-    described = f"{form} {path}"
+    # A file name that is not UTF-8 holds surrogates no report can print: escape them.
+    shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+    described = f"{form} {shown}"
     try:
         if suffix == ".h5ad":
             return _from_anndata(open_h5ad(path), described, where, dataset)
