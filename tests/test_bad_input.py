@@ -1022,6 +1022,11 @@ CASES: list[tuple[str, list[str], str]] = [
         r"protocol 'mse' given twice",
     ),
     (
+        "a subset value with a trailing space",
+        ["calibrate", "{data}", "-p", "mse", "--subset", "perturbation=control ", "--out", "{out}"],
+        r"subset value\(s\) 'control ' \(nearest: 'control'\) not found",
+    ),
+    (
         "a seed in scientific notation",
         ["calibrate", "{data}", "-p", "mse", "--seed", "1e3", "--out", "{out}"],
         r"argument --seed: invalid int value: '1e3'",

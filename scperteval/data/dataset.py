@@ -27,6 +27,7 @@ from scperteval.data.labels import (
     control_label_hint,
     listing,
     looks_like_control,
+    unmatched_listing,
 )
 from scperteval.data.matrix_io import (
     csr_row_view,
@@ -387,7 +388,8 @@ class Dataset:
             missing = sorted(set(wanted) - set(values.unique()))
             if missing:
                 raise self._fail(
-                    f"subset value(s) {listing(missing)} not found in column {column!r}; "
+                    f"subset value(s) {unmatched_listing(missing, sorted(values.unique()))} "
+                    f"not found in column {column!r}; "
                     f"available: {listing(sorted(values.unique()))}"
                 )
             keep &= values.isin(wanted).to_numpy()
