@@ -36,6 +36,12 @@ from scperteval.data.dataset import Dataset
 from scperteval.data.h5ad import is_annotated_data, open_h5ad
 from scperteval.data.labels import listing
 from scperteval.errors import DatasetError
+from scperteval.scoring.table_checks import (
+    refuse_differing_rows,
+    refuse_other_separator,
+    refuse_repeated_columns,
+    refuse_unlabelled_rows,
+)
 
 __all__ = ["PREDICTION_SUFFIXES", "PredictionArray", "PredictionTable", "read_prediction"]
 
@@ -181,8 +187,8 @@ def _read_file(path: Path, where: str, dataset: Dataset) -> PredictionTable:
         if suffix in (".csv", ".tsv"):
             separator = "," if suffix == ".csv" else "\t"
             frame = pd.read_csv(path, sep=separator, float_precision="round_trip")
-            _refuse_other_separator(where, path, frame, separator)
-            _refuse_repeated_columns(where, path, separator)
+            refuse_other_separator(where, path, frame, separator)
+            refuse_repeated_columns(where, path, separator)
         elif suffix == ".parquet":
             frame = pd.read_parquet(path)
         else:
@@ -205,7 +211,7 @@ def _from_anndata(adata: Any, described: str, where: str, dataset: Dataset) -> P
     key = dataset.perturbation_key
     obs = adata.obs
     if key in obs.columns:
-        _refuse_unlabelled_rows(where, obs[key], key)
+        refuse_unlabelled_rows(where, obs[key], key)
         labels = obs[key].astype(str).to_numpy()
         source = f"obs[{key!r}]"
     elif _overlap(adata.obs_names, dataset):
@@ -236,7 +242,7 @@ def _from_frame(
         raise DatasetError(f"{where}: the table has columns but no row; one row per perturbation")
     frame = frame.reset_index() if _index_is_named_label(frame, key, covariate_key) else frame
     if key in frame.columns:
-        _refuse_unlabelled_rows(where, frame[key], key)
+        refuse_unlabelled_rows(where, frame[key], key)
         labels = frame[key].astype(str).to_numpy()
         source = f"column {key!r}"
         label_columns = [key]
@@ -274,7 +280,7 @@ def _from_frame(
             + ") and one numeric column per gene"
         )
     matrix = values.to_numpy(dtype=np.float64)
-    _refuse_differing_rows(where, matrix, labels, covariates)
+    refuse_differing_rows(where, matrix, labels, covariates)
     return PredictionTable(
         matrix=matrix,
         genes=pd.Index([str(c) for c in values.columns]),
@@ -282,76 +288,6 @@ def _from_frame(
         covariates=covariates,
         description=f"{described}: {len(frame)} rows, perturbations from {source}",
     )
-
-
-#: Separators a table may be written with, by the name a message gives them.
-SEPARATOR_NAMES = MappingProxyType(
-    {",": "commas", "\t": "tabs", ";": "semicolons", "|": "vertical bars"}
-)
-
-
-def _refuse_other_separator(where: str, path: Path, frame: pd.DataFrame, separator: str) -> None:
-    """A table read as one column whose header holds another separator was written with it."""
-    if len(frame.columns) != 1:
-        return
-    header = str(frame.columns[0])
-    found = [s for s in SEPARATOR_NAMES if s != separator and s in header]
-    if found:
-        expected = ".csv (commas)" if separator == "," else ".tsv (tabs)"
-        raise DatasetError(
-            f"{where}: {path.name} is separated by {SEPARATOR_NAMES[found[0]]}, not "
-            f"{SEPARATOR_NAMES[separator]}; write it as {expected}"
-            + (" or name it .tsv" if found[0] == "\t" else "")
-        )
-
-
-def _refuse_unlabelled_rows(where: str, labels: pd.Series, key: str) -> None:
-    """Rows without a label would become a perturbation ``'nan'``: refused, counted."""
-    unlabelled = int(labels.isna().sum())
-    if unlabelled:
-        raise DatasetError(
-            f"{where}: {unlabelled} row(s) have no label (NaN or empty) in column {key!r}; "
-            "label every row, or leave the row out"
-        )
-
-
-def _refuse_repeated_columns(where: str, path: Path, separator: str) -> None:
-    """A header naming a column twice: pandas would rename the second ``G.1`` unsaid."""
-    header = pd.read_csv(path, sep=separator, header=None, nrows=1, dtype=str).iloc[0]
-    names = pd.Index(header.fillna("").astype(str))
-    if names.has_duplicates:
-        repeated = names[names.duplicated()].unique().tolist()
-        raise DatasetError(
-            f"{where}: {path.name} names {len(repeated)} column(s) twice: {listing(repeated)}; "
-            "each gene must appear once"
-        )
-
-
-def _refuse_differing_rows(
-    where: str, matrix: np.ndarray, labels: np.ndarray, covariates: np.ndarray | None
-) -> None:
-    """A table has one row per perturbation: two different rows for one label are refused.
-
-    Averaging them silently would score a profile that nobody predicted; rows that
-    repeat the same values are harmless and kept.
-    """
-    keys = pd.MultiIndex.from_arrays(
-        [labels, covariates if covariates is not None else np.zeros(len(labels))]
-    )
-    repeated = keys.duplicated(keep=False)
-    if not repeated.any():
-        return
-    frame = pd.DataFrame(matrix[repeated]).assign(_key=keys[repeated])
-    differing = [
-        key for key, rows in frame.groupby("_key", sort=True) if len(rows.drop_duplicates()) > 1
-    ]
-    if differing:
-        shown = listing([str(label) for label, _ in differing], limit=5)
-        raise DatasetError(
-            f"{where}: {len(differing)} perturbation(s) have two or more different rows: "
-            f"{shown}; a table holds one row per perturbation (average the rows, or give "
-            "cells as an .h5ad)"
-        )
 
 
 def _from_array(
