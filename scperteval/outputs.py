@@ -21,7 +21,7 @@ from pathlib import Path
 
 from scperteval.errors import SpecError
 
-__all__ = ["MANIFEST", "check_output_folder", "staged_output"]
+__all__ = ["MANIFEST", "check_output_folder", "check_folder_owner", "staged_output"]
 
 #: The file listing what the last run published in a folder.
 MANIFEST = ".scperteval-outputs.json"
@@ -59,7 +59,75 @@ def check_output_folder(out: str | os.PathLike[str]) -> Path:
     existing = next(p for p in (parent, *parent.parents) if p.exists())
     if not existing.is_dir() or not _can_create_in(existing):
         raise SpecError(f"cannot write to {existing}: output folder {path} is not writable")
+    if path.is_dir() and not _can_create_in(path):
+        # The results are published into the folder itself: it must take new files too.
+        raise SpecError(
+            f"cannot write into {path}: the output folder exists and is not writable; "
+            "choose another --out or make it writable"
+        )
     return path
+
+
+#: Commands whose runs may replace one another in one folder (a report of a score
+#: run is written beside it; the demo is a score run).
+_KINDRED_COMMANDS = (frozenset({"score", "report", "demo"}),)
+
+
+def check_folder_owner(out: str | os.PathLike[str], command: str, overwrite: bool = False) -> None:
+    """Refuse to write into a folder that holds another command's run or foreign files.
+
+    Parameters
+    ----------
+    out
+        The output folder.
+    command
+        The command about to write there (``calibrate``, ``score``, ...).
+    overwrite
+        Write anyway (CLI: ``--overwrite``).
+
+    Raises
+    ------
+    SpecError
+        If ``out`` holds the run of another command (its ``run.json`` says which),
+        or files that no run wrote (not in the folder's manifest); hidden files are
+        not counted.
+
+    """
+    path = Path(out)
+    if overwrite or not path.is_dir():
+        return
+    entries = sorted(e.name for e in path.iterdir() if not e.name.startswith("."))
+    if not entries:
+        return
+    recorded = _recorded_command(path)
+    if recorded is None:
+        foreign = entries
+    else:
+        if recorded != command and not any({recorded, command} <= g for g in _KINDRED_COMMANDS):
+            raise SpecError(
+                f"output folder {path} holds the output of 'scperteval {recorded}', which "
+                f"'scperteval {command}' would replace; choose another --out, or pass "
+                "--overwrite"
+            )
+        listed = set(_manifest(path))
+        foreign = [e for e in entries if listed and e not in listed and e != "run.json"]
+    if foreign:
+        shown = ", ".join(repr(name) for name in foreign[:5])
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        raise SpecError(
+            f"output folder {path} holds files scperteval did not write ({shown}{more}); "
+            "choose another --out, or pass --overwrite"
+        )
+
+
+def _recorded_command(folder: Path) -> str | None:
+    """The command that wrote the run in ``folder`` (its ``run.json``), if any."""
+    try:
+        record = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    command = record.get("command") if isinstance(record, dict) else None
+    return command if isinstance(command, str) else None
 
 
 def _can_create_in(folder: Path) -> bool:

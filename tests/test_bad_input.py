@@ -10,6 +10,7 @@ print exactly one ``error:`` line and no traceback, and leave nothing at
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -164,6 +165,99 @@ def _write_split_predictions(folder: Path, good) -> None:  # type: ignore[no-unt
         own = good[[f == fold for f in folds]]
         own.to_csv(misnamed / f"fold{fold}.csv", index=False)
         own.to_csv(swapped / f"{1 - int(fold)}.csv", index=False)
+    _write_unusual_inputs(folder, truth, good)
+    return folder
+
+
+def _write_unusual_inputs(folder: Path, truth, good) -> None:
+    """Inputs that look right and are not: repeated rows, other separators, stored runs."""
+    import json
+
+    import h5py
+    import numpy as np
+    import pandas as pd
+
+    import scperteval
+
+    genes = list(truth.var_names)
+    first = good.iloc[[0]].assign(**{genes[0]: 0.9})
+    pd.concat([good, first]).to_csv(folder / "repeated.csv", index=False)
+    good.assign(perturbation=good["perturbation"] + " ").to_csv(folder / "spaced.csv", index=False)
+    good.to_csv(folder / "semicolons.csv", index=False, sep=";")
+    good.to_csv(folder / "tabs.csv", index=False, sep="\t")
+    good.iloc[:0].to_csv(folder / "header_only.csv", index=False)
+    unlabelled = good.astype({"perturbation": object})
+    unlabelled.loc[0, "perturbation"] = None
+    unlabelled.to_csv(folder / "unlabelled_rows.csv", index=False)
+    (folder / "a_folder").mkdir()
+    (folder / "empty.csv").write_text("")
+    repeated_column = good.copy()
+    repeated_column.columns = [*good.columns[:-1], good.columns[1]]
+    repeated_column.to_csv(folder / "repeated_column.csv", index=False)
+    latin = good.assign(perturbation=good["perturbation"] + "\xe9")
+    (folder / "latin1.csv").write_bytes(latin.to_csv(index=False).encode("latin-1"))
+    good.rename(columns={g: f"{g} " for g in genes}).to_csv(
+        folder / "spaced_genes.csv", index=False
+    )
+    good.assign(**{genes[2]: np.inf}).to_csv(folder / "infinite.csv", index=False)
+    np.savez(
+        folder / "one_dimensional.npz",
+        X=np.zeros(5),
+        perturbations=good["perturbation"].to_numpy(str),
+        genes=np.asarray(genes),
+    )
+    (folder / "no_bytes.toml").write_text("")
+    (folder / "unknown_metric.toml").write_text(
+        '[[protocol]]\nname = "x"\nmetric = "nope"\nnegative = "matched_perturbed_sample"\n'
+    )
+    (folder / "empty_folder").mkdir()
+    truth[:0].copy().write_h5ad(folder / "no_cells.h5ad")
+    duplicated = truth.copy()
+    duplicated.var_names = [genes[0], *genes[1:-1], genes[0]]
+    duplicated.write_h5ad(folder / "duplicated_genes.h5ad")
+    only_control = truth.copy()
+    only_control.obs["perturbation"] = "control"
+    only_control.write_h5ad(folder / "only_control.h5ad")
+    (folder / "a_folder_with_files").mkdir()
+    (folder / "a_folder_with_files" / "notes.txt").write_text("the user's own notes")
+    (folder / "protocol_text.toml").write_text('protocol = "mse"\n')
+    (folder / "use_text.toml").write_text('use = "mse"\n')
+    (folder / "params_number.toml").write_text(
+        '[[protocol]]\nname = "x"\nmetric = "mse"\nparams = 3\n'
+        'negative = "matched_perturbed_sample"\n'
+    )
+    truth.write_h5ad(folder / "no_x.h5ad")
+    with h5py.File(folder / "no_x.h5ad", "a") as handle:
+        del handle["X"]
+    with_nan = truth.copy()
+    dense = np.asarray(with_nan.X.todense())
+    dense[3, 4] = np.nan
+    with_nan.X = dense
+    with_nan.write_h5ad(folder / "with_nan.h5ad")
+    truth[:, :0].copy().write_h5ad(folder / "no_genes.h5ad")
+    scperteval.de(truth, half="all", out=folder / "de_all_cells")
+    for name, options, results in (
+        ("seed_text", {"seed": "x"}, None),
+        ("truth_word", {"truth": "weird"}, None),
+        ("thresholds_text", {"thresholds": "x"}, None),
+        ("value_text", {}, {"value": ["0.5"]}),
+        ("protocol_undescribed", {}, {"protocol": ["zzz"]}),
+    ):
+        run = folder / f"tampered_{name}"
+        run.mkdir()
+        record = {"command": "score", "options": {"seed": 0, "truth": "half", **options}}
+        (run / "run.json").write_text(json.dumps(record))
+        row = {
+            "covariate": ["all"],
+            "perturbation": ["A"],
+            "protocol": ["mse"],
+            "source": ["model"],
+            "source_name": ["m"],
+            "value": [0.5],
+            **(results or {}),
+        }
+        pd.DataFrame(row).to_parquet(run / "results.parquet")
+        (run / "protocols.csv").write_text("protocol\nmse\n")
 
 
 #: (case id, arguments, pattern of the error line)
@@ -921,6 +1015,266 @@ CASES: list[tuple[str, list[str], str]] = [
         r"30 negative value\(s\) \(minimum -0\.05, 25% of the values\), 1 row\(s\) "
         r"summing to less than 0.*--delta m",
     ),
+    # Inputs that looked valid: repeated rows, invisible label differences, wrong types.
+    (
+        "two different rows for one perturbation",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/repeated.csv", "--out", "{out}"],
+        r"1 perturbation\(s\) have two or more different rows: 'G\d+'; a table holds one row",
+    ),
+    (
+        "labels with a trailing space",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/spaced.csv", "--out", "{out}"],
+        r"not predicted: 'G(\d+)' \(nearest: 'G\1 '\)",
+    ),
+    (
+        "semicolon-separated .csv",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/semicolons.csv", "--out", "{out}"],
+        r"semicolons\.csv is separated by semicolons, not commas",
+    ),
+    (
+        "tab-separated .csv",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/tabs.csv", "--out", "{out}"],
+        r"tabs\.csv is separated by tabs, not commas; .* or name it \.tsv",
+    ),
+    (
+        "prediction table with a header only",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/header_only.csv", "--out", "{out}"],
+        r"the table has columns but no row",
+    ),
+    (
+        "prediction rows without a label",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/unlabelled_rows.csv", "--out", "{out}"],
+        r"1 row\(s\) have no label \(NaN or empty\) in column 'perturbation'",
+    ),
+    (
+        "--pred with nothing after '='",
+        ["score", "{data}", "-p", "mse", "--pred", "m=", "--out", "{out}"],
+        r"--pred 'm=': no file after '='",
+    ),
+    (
+        "--pred with a slash in the model name",
+        ["score", "{data}", "-p", "mse", "--pred", "a/b={bad}/good.csv", "--out", "{out}"],
+        r"model name 'a/b' holds a '/'",
+    ),
+    (
+        "--pred NAME=FOLDER",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/a_folder", "--out", "{out}"],
+        r"a_folder is a folder, not a prediction file; .*--pred .*a_folder\) to score each file",
+    ),
+    (
+        "suite path that is a folder",
+        ["calibrate", "{data}", "-p", "{bad}/a_folder", "--out", "{out}"],
+        r"suite file .*a_folder is a folder; give the path of a \.toml file",
+    ),
+    (
+        "suite whose protocol is a string",
+        ["calibrate", "{data}", "-p", "{bad}/protocol_text.toml", "--out", "{out}"],
+        r"protocol must be \[\[protocol\]\] tables .*got 'mse'",
+    ),
+    (
+        "suite whose use is a string",
+        ["calibrate", "{data}", "-p", "{bad}/use_text.toml", "--out", "{out}"],
+        r"use must be a list of protocol names .*got 'mse'",
+    ),
+    (
+        "suite whose params is a number",
+        ["calibrate", "{data}", "-p", "{bad}/params_number.toml", "--out", "{out}"],
+        r"protocol 'x': params must be a table",
+    ),
+    (
+        ".h5ad without X",
+        ["calibrate", "{bad}/no_x.h5ad", "-p", "mse", "--out", "{out}"],
+        r"no_x\.h5ad: the data has no X matrix; choose a layer",
+    ),
+    (
+        "distances: .h5ad without X",
+        ["distances", "{bad}/no_x.h5ad", "--groupby", "perturbation", "--out", "{out}"],
+        r"the data has no X matrix; choose a layer or an obsm embedding",
+    ),
+    (
+        "distances: a matrix with NaN",
+        ["distances", "{bad}/with_nan.h5ad", "--groupby", "perturbation", "--out", "{out}"],
+        r"holds NaN or infinite values",
+    ),
+    (
+        "distances: NaN labels",
+        ["distances", "{bad}/unlabelled.h5ad", "--groupby", "perturbation", "--out", "{out}"],
+        r"1 cell\(s\) have no label \(NaN or None\) in groupby column 'perturbation'",
+    ),
+    (
+        "distances: no genes",
+        ["distances", "{bad}/no_genes.h5ad", "--groupby", "perturbation", "--out", "{out}"],
+        r"the data has no cells or no genes \(72 x 0\)",
+    ),
+    (
+        "DE table of all cells in a calibrated run",
+        ["calibrate", "{data}", "-p", "de_auprc", "--de-table", "{bad}/de_all_cells"]
+        + ["--out", "{out}"],
+        r"computed on all cells, but a calibrated run uses the DE of the truth half",
+    ),
+    (
+        "--out holding another command's run",
+        ["calibrate", "{data}", "-p", "mse", "--out", "{bad}/damaged_run"],
+        r"holds the output of 'scperteval score', which 'scperteval calibrate' would "
+        r"replace; .*--overwrite",
+    ),
+    (
+        "--out holding files scperteval did not write",
+        ["de", "{data}", "--out", "{bad}/a_folder_with_files"],
+        r"holds files scperteval did not write \('notes\.txt'\); .*--overwrite",
+    ),
+    (
+        "report on a run.json with a text seed",
+        ["report", "{bad}/tampered_seed_text", "--out", "{out}"],
+        r"run\.json: seed is 'x', not a whole number; the folder was changed",
+    ),
+    (
+        "report on a run.json with an unknown truth",
+        ["report", "{bad}/tampered_truth_word", "--out", "{out}"],
+        r"run\.json: truth is 'weird', not one of half, all",
+    ),
+    (
+        "report on a run.json with text thresholds",
+        ["report", "{bad}/tampered_thresholds_text", "--out", "{out}"],
+        r"run\.json: thresholds is 'x', not a mapping",
+    ),
+    (
+        "report on results with text values",
+        ["report", "{bad}/tampered_value_text", "--out", "{out}"],
+        r"results\.parquet: column 'value' holds object values, not numbers",
+    ),
+    (
+        "report on results of an undescribed protocol",
+        ["report", "{bad}/tampered_protocol_undescribed", "--out", "{out}"],
+        r"protocol\(s\) 'zzz' are not described in protocols\.csv",
+    ),
+    # The next cases found by trying: empty, repeated, mis-encoded and out-of-range input.
+    (
+        "empty prediction file",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/empty.csv", "--out", "{out}"],
+        r"cannot read .*empty\.csv as CSV table \(No columns to parse",
+    ),
+    (
+        "a gene column named twice",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/repeated_column.csv", "--out", "{out}"],
+        r"repeated_column\.csv names 1 column\(s\) twice: 'G0'; each gene must appear once",
+    ),
+    (
+        "prediction table in Latin-1",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/latin1.csv", "--out", "{out}"],
+        r"latin1\.csv as CSV table: it is not UTF-8 text .*; save it as UTF-8",
+    ),
+    (
+        "gene names with a trailing space",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/spaced_genes.csv", "--out", "{out}"],
+        r"gene\(s\) of the truth missing: 'G0' \(nearest: 'G0 '\)",
+    ),
+    (
+        "infinite predicted values",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/infinite.csv", "--out", "{out}"],
+        r"4 non-finite predicted value\(s\)",
+    ),
+    (
+        "one-dimensional .npz prediction",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/one_dimensional.npz", "--out", "{out}"],
+        r"values must be 2-D \(rows x genes\), got 1-D",
+    ),
+    (
+        "empty suite file",
+        ["calibrate", "{data}", "-p", "{bad}/no_bytes.toml", "--out", "{out}"],
+        r"suite 'no_bytes' defines no protocol",
+    ),
+    (
+        "suite with an unknown metric",
+        ["calibrate", "{data}", "-p", "{bad}/unknown_metric.toml", "--out", "{out}"],
+        r"unknown metric 'nope'",
+    ),
+    (
+        "prediction folder without prediction files",
+        ["score", "{data}", "-p", "mse", "--pred", "{bad}/empty_folder", "--out", "{out}"],
+        r"no prediction files .* in folder .*empty_folder",
+    ),
+    (
+        "one model name given twice",
+        ["score", "{data}", "-p", "mse", "--pred", "m={bad}/good.csv"]
+        + ["--pred", "m={bad}/good.csv", "--out", "{out}"],
+        r"model name 'm' given twice",
+    ),
+    (
+        "zero genes",
+        ["calibrate", "{bad}/no_genes.h5ad", "-p", "mse", "--out", "{out}"],
+        r"empty dataset \(72 cells x 0 genes\)",
+    ),
+    (
+        "zero cells",
+        ["calibrate", "{bad}/no_cells.h5ad", "-p", "mse", "--out", "{out}"],
+        r"empty dataset \(0 cells x 30 genes\)",
+    ),
+    (
+        "distances: zero cells",
+        ["distances", "{bad}/no_cells.h5ad", "--groupby", "perturbation", "--out", "{out}"],
+        r"the data has no cells or no genes \(0 x 30\)",
+    ),
+    (
+        "duplicated gene names in the truth",
+        ["calibrate", "{bad}/duplicated_genes.h5ad", "-p", "mse", "--out", "{out}"],
+        r"duplicate gene names in var_names: 'G0' \(make them unique",
+    ),
+    (
+        "only control cells",
+        ["calibrate", "{bad}/only_control.h5ad", "-p", "mse", "--out", "{out}"],
+        r"no perturbation in column 'perturbation' has at least min_cells=4 cells",
+    ),
+    (
+        "a subset value that is absent",
+        ["calibrate", "{data}", "-p", "mse", "--subset", "perturbation=zzz", "--out", "{out}"],
+        r"subset value\(s\) 'zzz' not found in column 'perturbation'",
+    ),
+    (
+        "a threshold without a value",
+        ["calibrate", "{data}", "-p", "mse", "--thresholds", "bds", "--out", "{out}"],
+        r"cannot read threshold 'bds'",
+    ),
+    (
+        "DE table folder without a table",
+        ["calibrate", "{data}", "-p", "mse", "--de-table", "{bad}/empty_folder", "--out", "{out}"],
+        r"DE table .*empty_folder: not found",
+    ),
+    (
+        "empty control label",
+        ["calibrate", "{data}", "-p", "mse", "--control-label", "", "--out", "{out}"],
+        r"control label '' not found in column 'perturbation'; labels that look like controls",
+    ),
+    (
+        "empty perturbation key",
+        ["calibrate", "{data}", "-p", "mse", "--perturbation-key", "", "--out", "{out}"],
+        r"perturbation_key must be a column name, got ''",
+    ),
+    (
+        "a huge k",
+        ["calibrate", "{data}", "-p", "mse_top_k=1e9", "--out", "{out}"],
+        r"option k must be a whole number of at least 1, got 1000000000\.0",
+    ),
+    (
+        "one protocol given twice",
+        ["calibrate", "{data}", "-p", "mse,mse", "--out", "{out}"],
+        r"protocol 'mse' given twice",
+    ),
+    (
+        "a subset value with a trailing space",
+        ["calibrate", "{data}", "-p", "mse", "--subset", "perturbation=control ", "--out", "{out}"],
+        r"subset value\(s\) 'control ' \(nearest: 'control'\) not found",
+    ),
+    (
+        "a seed in scientific notation",
+        ["calibrate", "{data}", "-p", "mse", "--seed", "1e3", "--out", "{out}"],
+        r"argument --seed: invalid int value: '1e3'",
+    ),
+    (
+        "report into a file",
+        ["report", "{bad}/tampered_seed_text", "--out", "{bad}/good.csv"],
+        r"good\.csv is an existing file, not a folder",
+    ),
 ]
 
 
@@ -982,3 +1336,220 @@ def test_score_needs_a_model_in_python_as_on_the_command_line(small_path):
 
     with pytest.raises(SpecError, match="give at least one model"):
         scperteval.score(small_path, {}, protocols="mse")
+
+
+#: Unusual input that is valid: (case id, arguments, pattern of the one warning or None).
+VALID_CASES = [
+    (
+        "suite file with a byte-order mark",
+        ["calibrate", "{data}", "-p", "{tmp}/bom.toml", "--out", "{out}"],
+        None,
+    ),
+    (
+        "distances with a one-cell group",
+        ["distances", "{tmp}/one_cell.h5ad", "--groupby", "perturbation", "--out", "{out}"],
+        r"1 group\(s\) of one cell: 'single'; their edistance rests on that cell alone",
+    ),
+    (
+        "half-precision X",
+        ["calibrate", "{tmp}/half.h5ad", "-p", "mse", "--out", "{out}"],
+        None,
+    ),
+    (
+        "prediction file whose name is not UTF-8",
+        ["score", "{data}", "-p", "mse", "--pred", "{tmp}/caf\udce9.csv", "--out", "{out}"],
+        r"mean total expression",
+    ),
+    (
+        "a seed beyond 64 bits",
+        ["calibrate", "{data}", "-p", "mse", "--seed", str(2**80), "--out", "{out}"],
+        None,
+    ),
+    (
+        "--overwrite into a folder of another command",
+        ["calibrate", "{data}", "-p", "mse", "--overwrite", "--out", "{tmp}/score_run"],
+        None,
+    ),
+]
+
+
+def _write_valid_unusual(small_path: Path, tmp: Path) -> None:
+    import anndata as ad
+    import numpy as np
+
+    (tmp / "bom.toml").write_bytes(
+        b'\xef\xbb\xbf[[protocol]]\nname = "m"\nmetric = "mse"\n'
+        b'negative = "matched_perturbed_sample"\n'
+    )
+    truth = ad.read_h5ad(small_path)
+    labels = truth.obs["perturbation"].astype(str).to_numpy().copy()
+    labels[np.flatnonzero(labels != "control")[0]] = "single"
+    one_cell = truth.copy()
+    one_cell.obs["perturbation"] = labels
+    one_cell.write_h5ad(tmp / "one_cell.h5ad")
+    half = truth.copy()
+    half.X = np.asarray(half.X.todense()).astype(np.float16)
+    half.write_h5ad(tmp / "half.h5ad")
+    import pandas as pd
+
+    labels_of = sorted(set(truth.obs["perturbation"].astype(str)) - {"control"})
+    table = pd.DataFrame(np.full((len(labels_of), truth.n_vars), 0.5), columns=truth.var_names)
+    table.insert(0, "perturbation", labels_of)
+    # A Latin-1 file name reaches Python with a surrogate for its undecodable byte.
+    Path(os.fsdecode(os.fsencode(tmp) + b"/caf\xe9.csv")).write_bytes(
+        table.to_csv(index=False).encode()
+    )
+    (tmp / "score_run").mkdir()
+    (tmp / "score_run" / "run.json").write_text('{"command": "score", "options": {}}')
+
+
+@pytest.mark.parametrize(
+    ("arguments", "warning"),
+    [pytest.param(arguments, warning, id=case) for case, arguments, warning in VALID_CASES],
+)
+def test_unusual_valid_input_runs_with_at_most_one_warning(
+    small_path, tmp_path, capsys, arguments, warning
+):
+    _write_valid_unusual(small_path, tmp_path)
+    out = tmp_path / "out"
+    filled = [a.format(data=small_path, out=out, tmp=tmp_path) for a in arguments]
+    code = main(filled)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "Traceback" not in captured.err and "error:" not in captured.err
+    warnings = [line for line in captured.err.splitlines() if "warning:" in line]
+    if warning is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and re.search(warning, warnings[0]), captured.err
+
+
+def test_half_precision_scores_as_the_same_values_stored_in_float32(small_path, tmp_path):
+    """float16 X is read as float32: the run equals one on the same values stored in float32."""
+    import anndata as ad
+    import numpy as np
+    import pandas as pd
+
+    truth = ad.read_h5ad(small_path)
+    values = np.asarray(truth.X.todense()).astype(np.float16)
+    for name, dtype in (("half", np.float16), ("single", np.float32)):
+        stored = truth.copy()
+        stored.X = values.astype(dtype)
+        stored.write_h5ad(tmp_path / f"{name}.h5ad")
+        assert (
+            main(
+                ["calibrate", str(tmp_path / f"{name}.h5ad"), "-p", "mse,pearson_delta_pert"]
+                + ["--out", str(tmp_path / name)]
+            )
+            == 0
+        )
+    half = pd.read_parquet(tmp_path / "half" / "results.parquet")
+    single = pd.read_parquet(tmp_path / "single" / "results.parquet")
+    pd.testing.assert_frame_equal(half, single)
+
+
+def test_calibrate_into_a_score_run_keeps_its_report(small_path, bad_files, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert (
+        main(
+            [
+                "score",
+                str(small_path),
+                "-p",
+                "mse",
+                "--pred",
+                f"m={bad_files}/good.csv",
+                "--out",
+                str(run),
+            ]
+        )
+        == 0
+    )
+    before = sorted(p.name for p in run.iterdir())
+    assert "report.html" in before
+    capsys.readouterr()
+    assert main(["calibrate", str(small_path), "-p", "mse", "--out", str(run)]) == 2
+    assert "holds the output of 'scperteval score'" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == before
+    # The same command again replaces its own run.
+    assert (
+        main(
+            [
+                "score",
+                str(small_path),
+                "-p",
+                "mse",
+                "--pred",
+                f"m={bad_files}/good.csv",
+                "--out",
+                str(run),
+            ]
+        )
+        == 0
+    )
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_output_folder_is_refused_before_any_work(small_path, tmp_path, capsys):
+    out = tmp_path / "read_only"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        assert main(["calibrate", str(small_path), "-p", "mse", "--out", str(out)]) == 2
+    finally:
+        out.chmod(0o755)
+    assert "exists and is not writable" in capsys.readouterr().err
+    assert list(out.iterdir()) == []
+
+
+def test_an_output_folder_that_takes_no_file_is_refused_before_reading(
+    small_path, tmp_path, capsys, monkeypatch
+):
+    """The folder's own writability is tried (as root a read-only folder takes files)."""
+    import scperteval.outputs as outputs
+
+    out = tmp_path / "existing"
+    out.mkdir()
+    tried = outputs._can_create_in
+    monkeypatch.setattr(outputs, "_can_create_in", lambda folder: folder != out and tried(folder))
+    # The data path does not exist: refusing the folder first shows no work was started.
+    assert main(["calibrate", str(tmp_path / "absent.h5ad"), "-p", "mse", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "exists and is not writable" in err and "absent" not in err
+
+
+PROGRAM = "import sys; from scperteval.cli import console_main; sys.exit(console_main())"
+
+
+def test_a_closed_pipe_ends_the_program_quietly_with_status_141():
+    import subprocess
+    import sys
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", PROGRAM, "list", "protocols"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # as `| head -0` does: every write fails with EPIPE
+    err = process.stderr.read().decode()
+    assert process.wait() == 141
+    assert err == ""
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_disk_on_standard_output_is_one_error_line_and_status_1():
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-c", PROGRAM, "list", "protocols"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "scperteval: error: cannot write to standard output (No space left on device)"
+    ]

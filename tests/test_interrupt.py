@@ -38,7 +38,7 @@ def test_a_signal_stops_calibrate_within_two_seconds(slow_data, tmp_path, signum
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     process = subprocess.Popen(
         [sys.executable, "-c", COMMAND, "calibrate", str(slow_data), "-p", "default",
-         "--workers", "2", "--out", str(out)],
+         "--workers", "2", "--overwrite", "--out", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

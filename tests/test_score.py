@@ -236,7 +236,7 @@ def test_missing_perturbation_is_an_error_unless_allowed(
     prediction = simulate_predictions(simulated, "noisy_truth", noise=0.1)
     first = prediction.obs["perturbation"].astype(str).iloc[0]
     partial = prediction[prediction.obs["perturbation"].astype(str) != first].copy()
-    with pytest.raises(DatasetError, match=rf"not predicted: {first}.*allow_missing"):
+    with pytest.raises(DatasetError, match=rf"not predicted: '{first}'.*allow_missing"):
         score(simulated, {"partial": partial}, protocols="mse", figures=False)
     result = score(
         simulated, {"partial": partial}, protocols="mse", allow_missing=True, baselines=False

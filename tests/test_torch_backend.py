@@ -389,8 +389,10 @@ def test_loss_argument_checks():
         weighted_mse_loss(p, p, torch.ones(3, dtype=F64), reduction="avg")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="degenerate"):
         weighted_r2_loss(p, p, torch.ones(3, dtype=F64), degenerate="zero")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="real tensor"):
+        weighted_mse_loss(p, p, torch.ones(3, dtype=torch.complex128))
     with pytest.raises(TypeError, match="floating-point"):
-        weighted_mse_loss(p, p, torch.ones(3, dtype=torch.long))
+        weighted_mse_loss(torch.ones(3, dtype=torch.long), p, torch.ones(3, dtype=F64))
     with pytest.raises(ValueError, match="shape"):
         weighted_mse_loss(torch.zeros(1, 2, 3), torch.zeros(1, 2, 3), torch.ones(3))
     # Target and weights take pred's dtype (float64 DEG weights with a float32 model).

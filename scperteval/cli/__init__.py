@@ -14,6 +14,11 @@ from typing import Any
 
 from scperteval._version import __version__
 from scperteval.cli import _calibrate, _de, _demo, _distances, _listing, _score, _split
+from scperteval.cli._streams import GuardedOutput, OutputLost, ended_output
+
+
+#: Commands whose ``--out`` is a folder of results (``split`` writes one table).
+FOLDER_OUTPUT_COMMANDS = ("demo", "de", "calibrate", "score", "report", "distances")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
     # Every option's help shows its default (perturbation key, control label, seed, ...).
     for subparser in commands.choices.values():
         subparser.formatter_class = DefaultsHelpFormatter
+    for name in FOLDER_OUTPUT_COMMANDS:
+        commands.choices[name].add_argument(
+            "--overwrite",
+            action="store_true",
+            help="write into --out even when it holds another command's run or files "
+            "scperteval did not write",
+        )
     return parser
 
 
@@ -56,9 +68,16 @@ def console_main() -> int:
 
     """
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+    stdout = sys.stdout
+    sys.stdout = GuardedOutput(stdout)  # type: ignore[assignment]
     try:
-        return main()
+        code = main()
+        sys.stdout.flush()
+        return code
+    except OutputLost as lost:
+        return ended_output(lost, stdout)
     finally:
+        sys.stdout = stdout
         gc.freeze()
 
 
@@ -91,6 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
     try:
+        _check_out(args)
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             return int(args.handler(args))
@@ -107,6 +127,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """``--out``: a folder this command may write into, checked before any work."""
+    from scperteval.outputs import check_folder_owner, check_output_folder
+
+    out = getattr(args, "out", None)
+    if out is None or args.command not in FOLDER_OUTPUT_COMMANDS:
+        return
+    check_output_folder(out)
+    check_folder_owner(out, args.command, overwrite=getattr(args, "overwrite", False))
 
 
 #: Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).

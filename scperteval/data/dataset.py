@@ -27,6 +27,7 @@ from scperteval.data.labels import (
     control_label_hint,
     listing,
     looks_like_control,
+    unmatched_listing,
 )
 from scperteval.data.matrix_io import (
     csr_row_view,
@@ -253,6 +254,10 @@ class Dataset:
             return self._disk_matrix
         stored = self.adata.layers[self.layer] if self.layer is not None else self.adata.X
         if not self.is_backed:
+            if getattr(stored, "dtype", None) == np.float16:
+                # Half precision has no compiled kernels; float32 holds every such value exactly.
+                self._disk_matrix = stored.astype(np.float32)
+                return self._disk_matrix
             return stored
         where = f"{self.source}: " + (f"layer {self.layer!r}" if self.layer else "X")
         self._disk_matrix = on_disk(stored, where)
@@ -384,7 +389,8 @@ class Dataset:
             missing = sorted(set(wanted) - set(values.unique()))
             if missing:
                 raise self._fail(
-                    f"subset value(s) {listing(missing)} not found in column {column!r}; "
+                    f"subset value(s) {unmatched_listing(missing, sorted(values.unique()))} "
+                    f"not found in column {column!r}; "
                     f"available: {listing(sorted(values.unique()))}"
                 )
             keep &= values.isin(wanted).to_numpy()

@@ -7,6 +7,7 @@ controls in other tools' conventions (``non-targeting``, ``NT``, ``DMSO``, ...).
 
 from __future__ import annotations
 
+import difflib
 import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,6 +20,7 @@ __all__ = [
     "control_label_hint",
     "listing",
     "looks_like_control",
+    "unmatched_listing",
 ]
 
 
@@ -95,3 +97,42 @@ def listing(values: Sequence[Any], limit: int = 12) -> str:
     shown = ", ".join(repr(v) if isinstance(v, str) else str(v) for v in list(values)[:limit])
     extra = len(values) - limit
     return shown + (f", ... ({extra} more)" if extra > 0 else "")
+
+
+def unmatched_listing(missing: Sequence[Any], known: Sequence[Any], limit: int = 12) -> str:
+    """Labels that were not found, quoted with escapes, each with the nearest known label.
+
+    A label that differs from a known one by a trailing space, a tab or the case is
+    printed so that the difference can be seen (``'MAPK1 '``), with the known label
+    it comes closest to: ``'MAPK1 ' (nearest: 'MAPK1')``.
+
+    Parameters
+    ----------
+    missing
+        The labels that were not found.
+    known
+        The labels that exist (the truth's, a column's groups, ...).
+    limit
+        Labels shown at most; the rest are counted.
+
+    Returns
+    -------
+    str
+        The listing, for a message.
+
+    """
+    choices = [str(k) for k in known]
+    by_form: dict[str, str] = {}
+    for choice in choices:
+        by_form.setdefault(choice.strip().casefold(), choice)
+    shown = []
+    for label in list(missing)[:limit]:
+        text = str(label)
+        nearest = by_form.get(text.strip().casefold())
+        if nearest is None:
+            close = difflib.get_close_matches(text, choices, n=1, cutoff=0.75)
+            nearest = close[0] if close else None
+        hint = f" (nearest: {nearest!r})" if nearest is not None and nearest != text else ""
+        shown.append(f"{text!r}{hint}")
+    extra = len(missing) - limit
+    return ", ".join(shown) + (f", ... ({extra} more)" if extra > 0 else "")

@@ -61,6 +61,11 @@ def open_data(data: Any, backed: bool | str) -> Any:
     if not isinstance(data, (str, os.PathLike)):
         raise DatasetError(
             f"expected an AnnData or a path to an .h5ad file, got {type(data).__name__}"
+            + (
+                "; a bare matrix has no cell labels: wrap it as anndata.AnnData(X, obs=...)"
+                if hasattr(data, "shape")
+                else ""
+            )
         )
     path = Path(data)
     if not path.exists():
@@ -112,7 +117,12 @@ def csr_row_view(matrix: sp.csr_matrix, start: int, stop: int) -> sp.csr_matrix:
 
 
 def as_rows(matrix: Any) -> Any:
-    """``matrix`` as CSR when sparse, else as a NumPy array."""
+    """``matrix`` as CSR when sparse, else as a NumPy array; half precision as float32.
+
+    Half precision has no compiled kernels; float32 holds every such value exactly.
+    """
+    if getattr(matrix, "dtype", None) == np.float16:
+        matrix = matrix.astype(np.float32)
     if sp.issparse(matrix):
         return matrix if matrix.format == "csr" else sp.csr_matrix(matrix)
     return np.asarray(matrix)

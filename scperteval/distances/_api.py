@@ -9,6 +9,7 @@ reading options of the other entry points that apply to groups of cells
 from __future__ import annotations
 
 import concurrent.futures as cf
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -17,11 +18,12 @@ import pandas as pd
 
 from scperteval.data.dataset import Dataset
 from scperteval.data.h5ad import StoredAnnData
+from scperteval.data.labels import listing
 from scperteval.data.matrix_io import open_data
 from scperteval.distances._base import Distance, Group, resolve_distance
 from scperteval.distances._features import ALL, GroupedCells, group_cells
 from scperteval.distances._kernel import PairKernelDistance
-from scperteval.errors import DatasetError, SpecError
+from scperteval.errors import DatasetError, ScpertevalWarning, SpecError
 from scperteval.kernels.threads import available_cores
 
 __all__ = ["distance_input", "onesided", "pairwise"]
@@ -111,6 +113,14 @@ def _prepare(distance: Distance, groups: Mapping[str, Group], n_jobs: int | None
                 f"group {label!r} has {group.n} cell(s); {distance.name} needs at least "
                 f"{distance.min_cells}"
             )
+    single = [label for label, group in groups.items() if group.n == 1]
+    if single:
+        warnings.warn(
+            f"{len(single)} group(s) of one cell: {listing(single, limit=5)}; their "
+            f"{distance.name} rests on that cell alone",
+            ScpertevalWarning,
+            stacklevel=3,
+        )
     _run(list(groups.values()), distance.prepare, n_jobs)
 
 
@@ -120,6 +130,18 @@ def _index(
     if covariate_key is None:
         return pd.Index(list(labels), name=groupby)
     return pd.MultiIndex.from_product([[covariate], list(labels)], names=[covariate_key, groupby])
+
+
+def _group_list(groups: Any) -> list[str] | None:
+    """``groups`` as a list of labels: one label given as a string is a list of one."""
+    if groups is None:
+        return None
+    if isinstance(groups, str):
+        return [groups]
+    if not isinstance(groups, (Sequence, np.ndarray, pd.Index, pd.Series)):
+        kind = type(groups).__name__
+        raise SpecError(f"groups must be a list of group labels or None, got {kind}")
+    return [str(g) for g in groups]
 
 
 def _compared(
@@ -139,6 +161,7 @@ def _compared(
     ``reference``, when given, is read and prepared too, and must have cells.
     """
     adata, options = _reading(data, *reading)
+    groups = _group_list(groups)
     wanted = groups
     if reference is not None and groups is not None:
         wanted = list(dict.fromkeys([*map(str, groups), reference]))
@@ -405,6 +428,8 @@ def onesided(
 
     """
     distance = resolve_distance(metric)
+    if not isinstance(reference, (str, int, np.integer)):
+        raise SpecError(f"reference must be one group label, got {type(reference).__name__}")
     reference = str(reference)
     reading = (obsm_key, layer, space, covariate_key, subset, normalize, backed)
     parts = []

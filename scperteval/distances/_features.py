@@ -66,7 +66,15 @@ def _require(key: str, present: Any, message: str) -> None:
 
 def _column(adata: Any, key: str, what: str) -> pd.Series:
     _require(key, adata.obs.columns, f"{what} column {key!r} is not in obs")
-    return adata.obs[key].astype(str)
+    column = adata.obs[key]
+    unlabelled = int(column.isna().sum())
+    if unlabelled:
+        # astype(str) would make them a group 'nan' of cells that have no label.
+        raise DatasetError(
+            f"{unlabelled} cell(s) have no label (NaN or None) in {what} column {key!r}; "
+            "label them or leave them out (subset)"
+        )
+    return column.astype(str)
 
 
 def _selected(adata: Any, subset: Mapping[str, Any] | None) -> np.ndarray:
@@ -83,6 +91,8 @@ def _selected(adata: Any, subset: Mapping[str, Any] | None) -> np.ndarray:
 
 def _matrix(adata: Any, layer: str | None) -> Any:
     if layer is None:
+        if adata.X is None:
+            raise DatasetError("the data has no X matrix; choose a layer or an obsm embedding")
         return adata.X
     _require(layer, list(adata.layers.keys()), f"layer {layer!r} is not in the AnnData")
     return adata.layers[layer]
@@ -115,6 +125,9 @@ def _rows(matrix: Any, rows: np.ndarray, normalize: bool = False) -> Any:
 def _fit(matrix: Any, rows: np.ndarray, name: str, options: dict[str, Any], normalize: bool) -> Any:
     """A function from the rows of ``matrix`` to the space fitted on ``rows``."""
     sample = _rows(matrix, rows, normalize)
+    stored = sample.data if sp.issparse(sample) else np.asarray(sample)
+    # A fitted space of non-finite values fails inside LAPACK without saying why.
+    _check_finite(stored, "the matrix the space is fitted on")
     if name == "pca":
         components, offset = principal_axes(sample, int(options["k"]))
         return lambda block: (_dense_float(block) - offset) @ components
@@ -192,6 +205,8 @@ def group_cells(
     if obsm_key is None and space is None:
         space = "full"
     fitted = parse_cells_space(space) if space is not None else None
+    if adata.n_obs == 0 or (obsm_key is None and adata.n_vars == 0):
+        raise DatasetError(f"the data has no cells or no genes ({adata.n_obs} x {adata.n_vars})")
     labels = _column(adata, groupby, "groupby")
     rows = _selected(adata, subset)
     if covariate_key is not None:
@@ -201,6 +216,8 @@ def group_cells(
     selected_labels = labels.to_numpy()[rows]
     if groups is not None:
         wanted = [str(g) for g in groups]
+        if not wanted:
+            raise SpecError("groups is empty; name at least one group, or None for all")
         present = set(selected_labels.tolist())
         missing = [g for g in wanted if g not in present]
         if missing:

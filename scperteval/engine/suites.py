@@ -82,10 +82,13 @@ def _read(name_or_path: str) -> tuple[str, dict[str, Any]]:
     # directory; a file is named as a path (``./default`` or ``my_suite.toml``).
     if _is_path(name_or_path) or (not _is_suite(name_or_path) and Path(name_or_path).exists()):
         path = Path(name_or_path)
+        if path.is_dir():
+            raise SpecError(f"suite file {path} is a folder; give the path of a .toml file")
         if not path.is_file():
             raise SpecError(f"suite file {path} not found")
         try:
-            return path.stem, tomllib.loads(path.read_text(encoding="utf-8"))
+            # utf-8-sig: a byte-order mark, as some editors on Windows write, is no error.
+            return path.stem, tomllib.loads(path.read_text(encoding="utf-8-sig"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             reason = str(exc).splitlines()[0]
             raise SpecError(f"{path}: not valid TOML ({reason})") from None
@@ -109,7 +112,33 @@ def load_catalogue(name_or_path: str = "default") -> Catalogue:
             f"suite {name!r}: unknown key(s) {', '.join(unknown)}; "
             "valid: description, protocol, use"
         )
-    return Catalogue(name, str(data.get("description", "")), list(data.get("protocol", [])))
+    return Catalogue(name, str(data.get("description", "")), _protocol_tables(name, data))
+
+
+def _protocol_tables(name: str, data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The ``[[protocol]]`` tables of a suite, each checked to be a table."""
+    entries = data.get("protocol", [])
+    use = data.get("use", [])
+    if not isinstance(use, list) or not all(isinstance(item, str) for item in use):
+        raise SpecError(
+            f'suite {name!r}: use must be a list of protocol names (use = ["mse"]), got {use!r}'
+        )
+    if not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries):
+        raise SpecError(
+            f"suite {name!r}: protocol must be [[protocol]] tables (name, metric, ...), "
+            f"got {entries!r}; to take shipped protocols by name write use = [...]"
+        )
+    for entry in entries:
+        if not isinstance(entry.get("name", ""), str):
+            raise SpecError(
+                f"suite {name!r}: a protocol's name must be text, got {entry['name']!r}"
+            )
+        if not isinstance(entry.get("params", {}), Mapping):
+            raise SpecError(
+                f"suite {name!r}: protocol {entry.get('name')!r}: params must be a table "
+                f"(params = {{ k = [10, 50] }}), got {entry['params']!r}"
+            )
+    return list(entries)
 
 
 def load_suite(name_or_path: str = "default") -> list[Protocol]:

@@ -36,6 +36,12 @@ from scperteval.data.dataset import Dataset
 from scperteval.data.h5ad import is_annotated_data, open_h5ad
 from scperteval.data.labels import listing
 from scperteval.errors import DatasetError
+from scperteval.scoring.table_checks import (
+    refuse_differing_rows,
+    refuse_other_separator,
+    refuse_repeated_columns,
+    refuse_unlabelled_rows,
+)
 
 __all__ = ["PREDICTION_SUFFIXES", "PredictionArray", "PredictionTable", "read_prediction"]
 
@@ -144,6 +150,12 @@ def read_prediction(value: Any, name: str, dataset: Dataset) -> PredictionTable:
         path = Path(value)
         if not path.exists():
             raise DatasetError(f"{where}: file {path} not found")
+        if path.is_dir():
+            raise DatasetError(
+                f"{where}: {path} is a folder, not a prediction file; give a file "
+                f"({', '.join(PREDICTION_SUFFIXES)}), or the folder alone (--pred {path}) "
+                "to score each file in it as a model"
+            )
         return _read_file(path, where, dataset)
     if is_annotated_data(value):
         return _from_anndata(value, "AnnData", where, dataset)
@@ -166,14 +178,17 @@ def _read_file(path: Path, where: str, dataset: Dataset) -> PredictionTable:
         raise DatasetError(
             f"{where}: cannot read {path.name}: accepted files are {', '.join(PREDICTION_SUFFIXES)}"
         )
-    described = f"{form} {path}"
+    # A file name that is not UTF-8 holds surrogates no report can print: escape them.
+    shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+    described = f"{form} {shown}"
     try:
         if suffix == ".h5ad":
             return _from_anndata(open_h5ad(path), described, where, dataset)
         if suffix in (".csv", ".tsv"):
-            frame = pd.read_csv(
-                path, sep="," if suffix == ".csv" else "\t", float_precision="round_trip"
-            )
+            separator = "," if suffix == ".csv" else "\t"
+            frame = pd.read_csv(path, sep=separator, float_precision="round_trip")
+            refuse_other_separator(where, path, frame, separator)
+            refuse_repeated_columns(where, path, separator)
         elif suffix == ".parquet":
             frame = pd.read_parquet(path)
         else:
@@ -181,6 +196,11 @@ def _read_file(path: Path, where: str, dataset: Dataset) -> PredictionTable:
                 return _from_npz(dict(arrays), described, where, dataset)
     except DatasetError:
         raise
+    except UnicodeDecodeError as exc:
+        raise DatasetError(
+            f"{where}: cannot read {path} as {form}: it is not UTF-8 text ({exc.reason} at "
+            f"byte {exc.start}); save it as UTF-8"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - any reader failure means unreadable input
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DatasetError(f"{where}: cannot read {path} as {form} ({reason})") from None
@@ -191,6 +211,7 @@ def _from_anndata(adata: Any, described: str, where: str, dataset: Dataset) -> P
     key = dataset.perturbation_key
     obs = adata.obs
     if key in obs.columns:
+        refuse_unlabelled_rows(where, obs[key], key)
         labels = obs[key].astype(str).to_numpy()
         source = f"obs[{key!r}]"
     elif _overlap(adata.obs_names, dataset):
@@ -217,8 +238,11 @@ def _from_frame(
 ) -> PredictionTable:
     key = dataset.perturbation_key
     covariate_key = dataset.covariate_key
+    if frame.empty and len(frame.columns):
+        raise DatasetError(f"{where}: the table has columns but no row; one row per perturbation")
     frame = frame.reset_index() if _index_is_named_label(frame, key, covariate_key) else frame
     if key in frame.columns:
+        refuse_unlabelled_rows(where, frame[key], key)
         labels = frame[key].astype(str).to_numpy()
         source = f"column {key!r}"
         label_columns = [key]
@@ -255,8 +279,10 @@ def _from_frame(
             + (f", {covariate_key!r}" if covariate_key else "")
             + ") and one numeric column per gene"
         )
+    matrix = values.to_numpy(dtype=np.float64)
+    refuse_differing_rows(where, matrix, labels, covariates)
     return PredictionTable(
-        matrix=values.to_numpy(dtype=np.float64),
+        matrix=matrix,
         genes=pd.Index([str(c) for c in values.columns]),
         labels=labels,
         covariates=covariates,

@@ -31,7 +31,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scperteval.data.dataset import ALL_COVARIATES, Dataset
-from scperteval.data.labels import listing
+from scperteval.data.labels import listing, unmatched_listing
 from scperteval.engine.sources import SourceData
 from scperteval.errors import DatasetError, ScpertevalWarning, SpecError
 from scperteval.metrics import DegenerateInput
@@ -212,7 +212,21 @@ def prediction_inputs(spec: Any) -> dict[str, Any]:
     for name in result:
         if not isinstance(name, str) or not name.strip():
             raise DatasetError(f"model names must be non-empty strings, got {name!r}")
-    return result
+    return {_encodable(name): value for name, value in result.items()}
+
+
+def _encodable(name: str) -> str:
+    """A model name that every output file can hold.
+
+    A file name that is not UTF-8 (``café.csv`` written in Latin-1) reaches Python
+    with surrogate characters, which no table or report can encode: its bytes are
+    written as backslash escapes instead.
+    """
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return name
 
 
 def _named_items(items: list[Any]) -> dict[str, Any]:
@@ -232,6 +246,7 @@ def _named_items(items: list[Any]) -> dict[str, Any]:
                 result[name] = value
             continue
         name, sep, path = text.partition("=")
+        _check_named_path(text, name, sep, path)
         # NAME=PATH names a model; an '=' inside a folder name is part of the path.
         if not sep or os.sep in name or "/" in name or Path(text).exists():
             name, path = Path(text).stem, text
@@ -239,6 +254,21 @@ def _named_items(items: list[Any]) -> dict[str, Any]:
             raise DatasetError(f"model name {name!r} given twice")
         result[name] = path
     return result
+
+
+def _check_named_path(text: str, name: str, sep: str, path: str) -> None:
+    """Name the mistake in a ``NAME=PATH`` that cannot be a file as it stands."""
+    if not sep or Path(text).exists():
+        return
+    if not path.strip():
+        raise DatasetError(
+            f"--pred {text!r}: no file after '='; give NAME=PATH (e.g. {name or 'model'}=pred.h5ad)"
+        )
+    if ("/" in name or os.sep in name) and Path(path).exists():
+        raise DatasetError(
+            f"--pred {text!r}: model name {name!r} holds a '/'; model names cannot hold a "
+            f"path separator (e.g. {name.replace('/', '_').replace(os.sep, '_')}={path})"
+        )
 
 
 def load_predictions(
@@ -286,6 +316,8 @@ def load_predictions(
     if control not in CONTROL_MODES:
         raise SpecError(f"control must be 'measured' or 'predicted', got {control!r}")
     inputs = prediction_inputs(spec)
+    # One model named as a string is a list of one, not of its letters.
+    deltas = (deltas,) if isinstance(deltas, str) else tuple(deltas)
     unknown = sorted(set(deltas) - set(inputs))
     if unknown:
         raise SpecError(
@@ -313,6 +345,9 @@ def _truth_columns(matrix: Any, columns: np.ndarray) -> Any:
     selection would copy it unchanged (a CSR's rows keep their entries' order),
     doubling the memory of a prediction as large as the dataset.
     """
+    if getattr(matrix, "dtype", None) == np.float16:
+        # Half precision has no compiled kernels; float32 holds every such value exactly.
+        matrix = matrix.astype(np.float32)
     in_order = columns.size == matrix.shape[1] and np.array_equal(columns, np.arange(columns.size))
     if sp.issparse(matrix):
         rows = sp.csr_matrix(matrix)
@@ -358,10 +393,9 @@ def _align(
         else:
             missing.append((condition.covariate, condition.perturbation))
     if missing and not allow_missing:
-        shown = ", ".join(p if c == "all" else f"{p} ({c})" for c, p in missing[:10])
         raise DatasetError(
-            f"{where}: {len(missing)} perturbation(s) not predicted: {shown}"
-            + (" ..." if len(missing) > 10 else "")
+            f"{where}: {len(missing)} perturbation(s) not predicted: "
+            + _missing_listing(missing, labels)
             + "; pass allow_missing=True (CLI: --allow-missing) to score the rest"
         )
     controls = (
@@ -369,7 +403,7 @@ def _align(
         if control == "predicted"
         else {}
     )
-    _note_unused(where, index, dataset.control_label, notes)
+    _note_unused(where, index, dataset.control_label, notes, dataset.perturbations())
     pseudobulk = bool(rows) and all(r.size == 1 for r in rows.values())
     return Prediction(
         name=name,
@@ -428,9 +462,13 @@ def _gene_columns(where: str, genes: pd.Index, dataset: Dataset, notes: list[str
                 f"; {len(by_case)} of them match only up to case (e.g. {match!r} for "
                 f"{example!r}): gene names are matched exactly"
             )
+        shown = (
+            listing(missing_genes.tolist())
+            if hint or len(missing_genes) > len(genes)
+            else unmatched_listing(missing_genes.tolist(), list(genes))
+        )
         raise DatasetError(
-            f"{where}: {len(missing_genes)} gene(s) of the truth missing: "
-            f"{listing(missing_genes.tolist())}{hint}"
+            f"{where}: {len(missing_genes)} gene(s) of the truth missing: {shown}{hint}"
         )
     extra = genes.difference(dataset.var_names)
     if len(extra):
@@ -440,8 +478,20 @@ def _gene_columns(where: str, genes: pd.Index, dataset: Dataset, notes: list[str
     return np.asarray(genes.get_indexer(dataset.var_names))
 
 
+def _missing_listing(missing: list[tuple[str, str]], predicted: np.ndarray) -> str:
+    """The truth's labels a model lacks, quoted, each with the model's nearest label."""
+    if all(c == "all" for c, _ in missing):
+        return unmatched_listing([p for _, p in missing], pd.unique(predicted), limit=10)
+    shown = ", ".join(f"{p!r} ({c})" for c, p in missing[:10])
+    return shown + (" ..." if len(missing) > 10 else "")
+
+
 def _note_unused(
-    where: str, unused: dict[tuple[str, str], list[int]], control: str, notes: list[str]
+    where: str,
+    unused: dict[tuple[str, str], list[int]],
+    control: str,
+    notes: list[str],
+    truth_labels: Any = (),
 ) -> None:
     controls = sum(len(r) for (_, p), r in unused.items() if p == control)
     if controls:
@@ -453,5 +503,5 @@ def _note_unused(
     if extra:
         notes.append(
             f"{where}: {len(extra)} predicted perturbation(s) not in the truth are ignored: "
-            f"{listing(extra)}"
+            f"{unmatched_listing(extra, list(truth_labels))}"
         )

@@ -58,8 +58,11 @@ def _check_inputs(
     for name, value in (("pred", pred), ("target", target), ("weights", weights)):
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"{loss}: {name} must be a torch.Tensor, got {type(value).__name__}")
-        if not value.is_floating_point():
+        if name == "pred" and not value.is_floating_point():
             raise TypeError(f"{loss}: {name} must be a floating-point tensor, got {value.dtype}")
+        if value.is_complex():
+            # Target and weights are cast to pred's dtype: any real dtype will do.
+            raise TypeError(f"{loss}: {name} must be a real tensor, got {value.dtype}")
     if reduction not in _REDUCTIONS:
         raise ValueError(f"{loss}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
     if degenerate not in _DEGENERATE:
@@ -172,7 +175,8 @@ def weighted_mse_loss(
         On a degenerate row (``degenerate="raise"``), on mismatched shapes, or an
         unknown option.
     TypeError
-        If an input is not a floating-point tensor.
+        If ``pred`` is not a floating-point tensor, or ``target`` or ``weights`` is
+        complex (integer ones are cast to ``pred``'s dtype).
 
     Examples
     --------
@@ -241,7 +245,8 @@ def weighted_r2_loss(
         On a degenerate row (``degenerate="raise"``), on mismatched shapes, or an
         unknown option.
     TypeError
-        If an input is not a floating-point tensor.
+        If ``pred`` is not a floating-point tensor, or ``target`` or ``weights`` is
+        complex (integer ones are cast to ``pred``'s dtype).
 
     """
     name = "weighted_r2_loss"

@@ -30,6 +30,7 @@ from scperteval.scoring.across import AcrossDatasets, across_datasets, dataset_l
 from scperteval.scoring.derive import derive
 from scperteval.scoring.result import PROTOCOL_FILE, RESULT_FILE, RUN_FILE, ScoreResult
 from scperteval.scoring.trust import MIN_PERTURBATIONS
+from scperteval.workflows.stored_run import check_stored_run
 
 __all__ = ["report"]
 
@@ -71,6 +72,7 @@ def _read_run(folder: Path) -> Run:
     except Exception as exc:  # noqa: BLE001 - any reader failure means a damaged run folder
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DatasetError(f"{folder}: cannot read the stored results ({reason})") from None
+    check_stored_run(folder, results, protocols, options)
     return results, protocols, options
 
 

@@ -332,7 +332,8 @@ def _baseline_names(
         if not baselines:
             return ()
         return BASELINES + ((CELL_EVAL_MEAN,) if truth == "all" and challenge else ())
-    names = tuple(baselines)
+    # One name given as a string is a list of one, not of its letters.
+    names = (baselines,) if isinstance(baselines, str) else tuple(baselines)
     valid = (*BASELINES, CELL_EVAL_MEAN)
     unknown = sorted(set(names) - set(valid))
     if unknown:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
@@ -284,11 +285,11 @@ def build_engine(
     context = Context(dataset, seed=seed, de_method=de_method)
     single = isinstance(de_tables, (str, os.PathLike, pd.DataFrame))
     for table in [de_tables] if single else de_tables:
-        context.use_de_table(
-            read_de_table(
-                table, context.layout.conditions, dataset.var_names, dataset.control_label, seed
-            )
+        precomputed = read_de_table(
+            table, context.layout.conditions, dataset.var_names, dataset.control_label, seed
         )
+        _check_de_half(precomputed, truth)
+        context.use_de_table(precomputed)
     return Engine(
         context,
         truth=truth,
@@ -296,6 +297,29 @@ def build_engine(
         device=device,
         precision=precision,
         max_population_cells=max_population_cells,
+    )
+
+
+#: The halves whose DE a run reads: a calibrated run that of the truth half (and the
+#: duplicate half a technical duplicate is scored on), a ``truth="all"`` run all cells.
+DE_HALVES = MappingProxyType({"half": ("truth", "duplicate"), "all": ("all",)})
+
+
+def _check_de_half(table: Any, truth: str) -> None:
+    """Refuse a DE table of cells the run never takes the DE of (it would go unused)."""
+    wanted = DE_HALVES.get(truth, ())
+    if table.half in wanted:
+        return
+    fix = (
+        "scperteval de DATA --half truth --seed SEED"
+        if truth == "half"
+        else "scperteval de DATA --half all"
+    )
+    kind = "a calibrated run" if truth == "half" else "a --truth all run"
+    cells = {"all": "all cells", "truth": "the truth half", "duplicate": "the duplicate half"}
+    raise SpecError(
+        f"DE table {table.source}: computed on {cells.get(table.half, table.half)}, but "
+        f"{kind} uses the DE of {' or '.join(cells[h] for h in wanted)}; compute it with {fix}"
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from scperteval.data.labels import unmatched_listing
 from scperteval.errors import SpecError
 
 __all__ = ["ConditionLabels", "is_missing"]
@@ -56,12 +57,8 @@ class ConditionLabels:
                 last = self.n_conditions - 1
                 raise SpecError(f"condition index {int(index.max())} outside 0..{last}")
             return index
-        labels = list(perturbations.tolist() if hasattr(perturbations, "tolist") else perturbations)
-        groups = (
-            None
-            if covariates is None
-            else list(covariates.tolist() if hasattr(covariates, "tolist") else covariates)
-        )
+        labels = _label_list(perturbations, "perturbations")
+        groups = None if covariates is None else _label_list(covariates, "covariates")
         if groups is not None and len(groups) != len(labels):
             raise SpecError(f"{len(groups)} covariates for {len(labels)} perturbation labels")
         found = []
@@ -80,7 +77,9 @@ class ConditionLabels:
                 continue
             matches = self._by_label.get(str(label))
             if not matches:
-                raise SpecError(f"unknown perturbation {label!r}")
+                raise SpecError(
+                    f"unknown perturbation {unmatched_listing([str(label)], list(self._by_label))}"
+                )
             if len(matches) > 1:
                 raise SpecError(
                     f"perturbation {label!r} occurs in {len(matches)} covariate groups; "
@@ -88,3 +87,15 @@ class ConditionLabels:
                 )
             found.append(matches[0])
         return torch.tensor(found, dtype=torch.int64)
+
+
+def _label_list(values: Any, name: str) -> list[Any]:
+    """A batch's labels as a list; one label given as a string is a list of one, not letters."""
+    if isinstance(values, (str, bytes)):
+        return [values.decode() if isinstance(values, bytes) else values]
+    if hasattr(values, "tolist"):
+        listed = values.tolist()
+        return listed if isinstance(listed, list) else [listed]
+    if not isinstance(values, Iterable):
+        raise SpecError(f"{name} must be a list of labels, got {type(values).__name__}")
+    return list(values)

@@ -275,8 +275,8 @@ class PerturbationMetrics(Metric):
         Parameters
         ----------
         pred
-            ``(batch, genes)`` predictions (gradients are not tracked). A NaN value is
-            left out of its gene's sum and count.
+            ``(batch, genes)`` predictions, a tensor (gradients are not tracked) or a
+            NumPy array. A NaN value is left out of its gene's sum and count.
         perturbations
             One label per row (strings), or condition indices as an integer tensor;
             ``None``/NaN labels, negative indices and ignored labels (the control)
@@ -291,7 +291,7 @@ class PerturbationMetrics(Metric):
             On a shape that does not fit or an unknown label.
 
         """
-        values = pred.detach()
+        values = _as_tensor(pred)
         if values.ndim != 2:
             raise SpecError(f"predictions must be (batch, genes), got shape {tuple(values.shape)}")
         if self._columns is not None:
@@ -350,3 +350,14 @@ class PerturbationMetrics(Metric):
                     self.aggregate_by,
                 )
         return {name: results[name] for name in self.protocol_names}
+
+
+def _as_tensor(pred: Any) -> torch.Tensor:
+    """A batch of predictions as a tensor without gradients; a NumPy array is taken as it is."""
+    if isinstance(pred, torch.Tensor):
+        return pred.detach()
+    if isinstance(pred, np.ndarray) and pred.dtype.kind in "fiu":
+        return torch.from_numpy(np.ascontiguousarray(pred))
+    raise SpecError(
+        f"predictions must be a torch.Tensor or a NumPy array of numbers, got {type(pred).__name__}"
+    )
