@@ -124,6 +124,7 @@ def bad_files(small_path) -> Path:
     one_row = good.copy()
     one_row.loc[0, genes] = -0.05
     one_row.to_csv(folder / "one_row_of_changes.csv", index=False)
+    _write_unusual_inputs(folder, truth, good)
     return folder
 
 
@@ -165,8 +166,6 @@ def _write_split_predictions(folder: Path, good) -> None:  # type: ignore[no-unt
         own = good[[f == fold for f in folds]]
         own.to_csv(misnamed / f"fold{fold}.csv", index=False)
         own.to_csv(swapped / f"{1 - int(fold)}.csv", index=False)
-    _write_unusual_inputs(folder, truth, good)
-    return folder
 
 
 def _write_unusual_inputs(folder: Path, truth, good) -> None:

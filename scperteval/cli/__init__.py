@@ -16,7 +16,6 @@ from scperteval._version import __version__
 from scperteval.cli import _calibrate, _de, _demo, _distances, _listing, _score, _split
 from scperteval.cli._streams import GuardedOutput, OutputLost, ended_output
 
-
 #: Commands whose ``--out`` is a folder of results (``split`` writes one table).
 FOLDER_OUTPUT_COMMANDS = ("demo", "de", "calibrate", "score", "report", "distances")
 
