@@ -35,3 +35,10 @@ def test_the_quick_start_is_two_commands_that_work_without_a_cached_wheel() -> N
     assert "--index-url https://download.pytorch.org/whl/cpu" in tests
     assert tests.index("torch==") < tests.index(".[test,ot]") < tests.index("pytest")
     assert "SCPERTEVAL_DATA" in quick
+
+
+def test_continuous_integration_runs_the_readme_test_command() -> None:
+    quick = _section(README.read_text(encoding="utf-8"), "Quick start")
+    test_command = re.findall(r"```bash\n(.*?)```", quick, flags=re.DOTALL)[1].strip()
+    ci_script = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
+    assert test_command in ci_script.splitlines()
