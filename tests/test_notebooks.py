@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
@@ -46,6 +47,11 @@ PROBES = {
         "'collapse': final[final['penalty'] == 1e-2].groupby('loss')['relative spread'].max()"
         ".to_dict(), 'kept': final[final['penalty'] == 1e-2].groupby('loss')"
         "['relative spread'].min().to_dict()}"
+    ),
+    "07_two_papers_protocols.ipynb": (
+        "{'real': bool(USE_REAL_DATA), 'test': test_of, 'perturbations': perturbations, "
+        "'verdicts': _json.loads(verdicts.to_json(orient='index', double_precision=15)), "
+        "'lines': lines}"
     ),
     "04_comparing_models.ipynb": (
         "{'score': board.table.set_index('model')['score'].to_dict(), "
@@ -144,3 +150,36 @@ def test_training_metrics() -> None:
     # while every DEG-weighted and every rescaled plain-MSE model keeps its spread.
     assert values["collapse"]["mse"] < 0.05
     assert min(values["kept"]["weighted_mse"], values["kept"]["scaled mse"]) > 0.5
+
+
+def test_two_papers_protocols() -> None:
+    pytest.importorskip("torch")
+    values = run_notebook(NOTEBOOKS / "07_two_papers_protocols.ipynb")
+    configured = os.environ.get("SCPERTEVAL_DATA")
+    folder = Path(configured) if configured else Path(__file__).resolve().parents[2] / "shared/data"
+    assert values["real"] == (folder / "perturbench_devel.h5ad").is_file()
+    # The 5 folds are the documented deal: sorted labels, permuted with seed 42, round robin.
+    labels = sorted(values["perturbations"])
+    order = np.random.default_rng(42).permutation(len(labels))
+    expected = {str(fold): sorted(labels[i] for i in order[fold::5]) for fold in range(5)}
+    assert values["test"] == expected
+    verdicts = values["verdicts"]
+    assert "dataset_mean" not in verdicts
+    assert verdicts["mlp"]["perturbations"] == len(labels)
+    for positive in ("technical_duplicate", "interpolated_duplicate"):
+        assert verdicts[positive]["Ahlmann-Eltze: outperforms"] is True
+        assert verdicts[positive]["Miller: wins"] is True
+    parted = []
+    for name, row in verdicts.items():
+        ahlmann, miller = row["Ahlmann-Eltze: outperforms"], row["Miller: wins"]
+        if ahlmann is None or miller is None:
+            assert row["agree"] is None
+            continue
+        # Ahlmann-Eltze's verdict is the ratio interval's upper end below 1.
+        assert ahlmann == (row["L2 ratio, upper"] < 1), name
+        assert row["agree"] == (ahlmann == miller), name
+        if not row["agree"]:
+            parted.append(name)
+    # The sentences name exactly the entries where the verdicts part.
+    named = {name for name in verdicts if f"`{name}`" in values["lines"][1]}
+    assert named == set(parted)
