@@ -47,6 +47,15 @@ def add_parser(commands: Any) -> None:
         help="fewest perturbations with both controls for a protocol to be trusted (default "
         "10, the rule of score and report)",
     )
+    parser.add_argument(
+        "--split",
+        default=None,
+        metavar="PATH",
+        help="calibrate under a split: a table (.csv, .tsv, .parquet) of perturbation -> fold "
+        "or role, or obs:COLUMN; only held-out perturbations are scored, the negative "
+        "controls pool each fold's training perturbations, and verdict_changes.csv says "
+        "which verdicts change against the unsplit calibration",
+    )
     parser.add_argument("--out", required=True, help="output folder")
     parser.set_defaults(handler=run)
 
@@ -66,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
             thresholds=thresholds,
             out=args.out,
             min_perturbations=args.min_perturbations,
+            split=args.split,
         )
     print(result.summary())
     print_run_notes(result.info, args.min_cells)

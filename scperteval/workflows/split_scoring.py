@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from scperteval.engine.engine import Engine
 from scperteval.engine.protocol import Protocol
 from scperteval.engine.suites import load_suite
 from scperteval.scoring.derive import Derived
@@ -24,7 +25,7 @@ from scperteval.scoring.mean_ratio import (
 )
 from scperteval.splits.split import Split
 
-__all__ = ["criterion_protocols", "criterion_record", "split_breakdown"]
+__all__ = ["criterion_protocols", "criterion_record", "split_breakdown", "unsplit_twin"]
 
 #: The suite that defines the criterion's protocol.
 CRITERION_SUITE = "ahlmann_eltze2025"
@@ -114,3 +115,33 @@ def split_breakdown(
         "criterion": criterion,
         "fold_summary": summary,
     }
+
+
+def unsplit_twin(engine: Engine) -> Engine:
+    """An engine on the same context and settings as ``engine``, without its split.
+
+    The verdicts a split changes are judged against the unsplit calibration of the
+    same data: the twin shares the context, so the truth's statistics (group
+    moments, centroids, DE) are computed once for both, while each engine keeps the
+    values that depend on the split apart (see :meth:`Engine.use_split`).
+
+    Parameters
+    ----------
+    engine
+        The run's engine, under a split or not.
+
+    Returns
+    -------
+    Engine
+        A new engine with no split.
+
+    """
+    return Engine(
+        engine.context,
+        truth="half" if engine.truth_half == "truth" else "all",
+        sample_cells=engine.sample_cells,
+        pca_cells=engine.pca_cells,
+        device=engine.device,
+        precision=engine.precision,
+        max_population_cells=engine.max_population_cells,
+    )
