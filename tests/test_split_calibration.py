@@ -132,10 +132,9 @@ def test_verdict_changes_compare_the_two_calibrations(simulated, split):
     # The comparison, computed here from the two calibration tables.
     split_table = calibration_table(result.results, _meta(), thresholds)
     plain = calibrate(simulated, PROTOCOLS, min_perturbations=2, thresholds=thresholds)
-    expected = (
-        _overall(split_table)["trusted"].astype(bool)
-        != _overall(plain.calibration)["trusted"].astype(bool)
-    )
+    expected = _overall(split_table)["trusted"].astype(bool) != _overall(plain.calibration)[
+        "trusted"
+    ].astype(bool)
     assert changes["changed"].to_dict() == expected.to_dict()
     assert changes.loc["mse", "changed"]
     assert bool(changes.loc["mse", "trusted_unsplit"]) == (unsplit_median >= cut)
@@ -150,7 +149,9 @@ def test_verdict_changes_compare_the_two_calibrations(simulated, split):
 def _meta() -> dict[str, dict[str, object]]:
     from scperteval.engine.suites import resolve_protocols
 
-    return {p.name: {"better": p.better, "perfect": p.perfect} for p in resolve_protocols(PROTOCOLS)}
+    return {
+        p.name: {"better": p.better, "perfect": p.perfect} for p in resolve_protocols(PROTOCOLS)
+    }
 
 
 def test_calibration_run_records_its_split(split, calibrated):
@@ -239,3 +240,39 @@ def test_report_refuses_fold_runs_that_do_not_pool(simulated, split, model, tmp_
         report([folders[0], plain], out=tmp_path / "unsplit", figures=False)
     for name in ("twice", "mixed", "unsplit"):
         assert not (tmp_path / name).exists()
+
+
+def test_score_under_a_split_states_the_verdict_changes(simulated, split, model, tmp_path):
+    """Score's comparison equals that of the two calibrations, and reaches the terminal."""
+    from scperteval.cli._score import split_lines
+
+    first = calibrate(simulated, PROTOCOLS, split=split, min_perturbations=2)
+    split_median = _overall(first.calibration).loc["mse", "drf_median"]
+    unsplit_median = _overall(first.unsplit_calibration).loc["mse", "drf_median"]
+    thresholds = Thresholds(bds_min=0.0, drf_min=float((split_median + unsplit_median) / 2))
+    scored = score(
+        simulated,
+        {"m": model},
+        protocols=PROTOCOLS,
+        split=split,
+        thresholds=thresholds,
+        min_perturbations=2,
+        out=tmp_path / "run",
+        figures=False,
+    )
+    split_run = calibrate(
+        simulated, PROTOCOLS, split=split, min_perturbations=2, thresholds=thresholds
+    )
+    unsplit_run = calibrate(simulated, PROTOCOLS, min_perturbations=2, thresholds=thresholds)
+    expected = _overall(split_run.calibration)["trusted"].astype(bool) != _overall(
+        unsplit_run.calibration
+    )["trusted"].astype(bool)
+    changes = scored.verdict_changes.set_index("protocol")["changed"]
+    assert changes.to_dict() == expected.to_dict()
+    assert changes["mse"]
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["options"]["split"]["verdict_changes"] == list(expected.index[expected])
+    written = pd.read_csv(tmp_path / "run" / "verdict_changes.csv")
+    assert written["changed"].tolist() == scored.verdict_changes["changed"].tolist()
+    lines = split_lines(scored)
+    assert any(line.startswith("mse: ") and "under it" in line for line in lines)

@@ -180,7 +180,6 @@ def _merged(runs: Sequence[Run], paths: Sequence[Path], settings: dict[str, Any]
     flags = {k: v for _, _, o in runs for k, v in (o.get("flags") or {}).items()}
     columns = [c for c in results.columns if c != "calibrated"]
 
-
     def derive_on(table: pd.DataFrame) -> Any:
         return derive(
             table,
