@@ -276,3 +276,23 @@ def test_score_under_a_split_states_the_verdict_changes(simulated, split, model,
     assert written["changed"].tolist() == scored.verdict_changes["changed"].tolist()
     lines = split_lines(scored)
     assert any(line.startswith("mse: ") and "under it" in line for line in lines)
+
+
+def test_calibrate_command_under_a_split(simulated, split, tmp_path, capsys):
+    from scperteval.cli import main
+
+    data = tmp_path / "data.h5ad"
+    simulated.write_h5ad(data)
+    table = tmp_path / "split.csv"
+    split.to_frame().query("role == 'test'")[["perturbation", "fold"]].to_csv(table, index=False)
+    code = main(
+        ["calibrate", str(data), "-p", "mse", "--split", str(table), "--out", str(tmp_path / "c")]
+    )
+    printed = capsys.readouterr().out
+    assert code == 0
+    record = json.loads((tmp_path / "c" / "run.json").read_text())
+    stored = record["options"]["split"] if "split" in record["options"] else record["split"]
+    assert stored["sha256"] == split.digest()
+    assert stored["verdict_changes"] == []
+    assert "under the split no verdict changes (1 protocol compared)" in printed
+    assert "verdict_changes.csv" in printed

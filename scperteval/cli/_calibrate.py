@@ -81,8 +81,8 @@ def run(args: argparse.Namespace) -> int:
     print_run_notes(result.info, args.min_cells)
     total = result.info.get("timings_seconds", {}).get("total", float("nan"))
     out = Path(args.out)
-    print(
-        f"finished in {total:.1f} s; wrote {out / 'results.parquet'}, "
-        f"{out / 'calibration.csv'} and {out / 'run.json'}"
-    )
+    tables = [out / "results.parquet", out / "calibration.csv"]
+    if not result.verdict_changes.empty:
+        tables.append(out / "verdict_changes.csv")
+    print(f"finished in {total:.1f} s; wrote {', '.join(map(str, tables))} and {out / 'run.json'}")
     return 0

@@ -100,7 +100,8 @@ def verdict_change_lines(changes: pd.DataFrame) -> list[str]:
     """
     moved = changes[changes["changed"]]
     if moved.empty:
-        return [f"under the split no verdict changes ({len(changes)} protocols compared)"]
+        compared = f"{len(changes)} protocol{'' if len(changes) == 1 else 's'} compared"
+        return [f"under the split no verdict changes ({compared})"]
     lines = []
     for row in moved.itertuples():
         before = "trusted" if row.trusted_unsplit else "not trusted"

@@ -286,10 +286,12 @@ def calibrate(
                 table, result.unsplit_calibration, thresholds, min_perturbations
             )
         assert engine.folds is not None
-        info["split"] = split_record(engine.folds.split)
-        info["verdict_changes"] = result.verdict_changes.loc[
-            result.verdict_changes["changed"], "protocol"
-        ].tolist()
+        changed = result.verdict_changes["changed"]
+        info["split"] = {
+            **(split_record(engine.folds.split) or {}),
+            "scored_perturbations": int(engine.folds.scored().size),
+            "verdict_changes": result.verdict_changes.loc[changed, "protocol"].tolist(),
+        }
     if out is None:
         return result
     assert checksum is not None
