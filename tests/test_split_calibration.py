@@ -212,6 +212,17 @@ def test_report_pools_fold_runs_into_the_split_run(simulated, split, model, tmp_
         pooled.fold_scores.reset_index(drop=True), whole.fold_scores.reset_index(drop=True)
     )
     assert pooled.info["pooled_folds"] == sorted(split.folds)
+    # The criterion on the stored error protocols equals the split run's.
+    stored = whole.criterion[whole.criterion["protocol"].isin(PROTOCOLS.split(","))]
+    assert len(stored)
+    pd.testing.assert_frame_equal(
+        pooled.criterion.reset_index(drop=True), stored.reset_index(drop=True)
+    )
+    kept = [c for c in pooled.fold_summary.columns]
+    pd.testing.assert_frame_equal(
+        pooled.fold_summary.reset_index(drop=True),
+        whole.fold_summary[kept].reset_index(drop=True),
+    )
 
 
 def test_report_refuses_fold_runs_that_do_not_pool(simulated, split, model, tmp_path):

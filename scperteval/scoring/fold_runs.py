@@ -19,7 +19,10 @@ import pandas as pd
 from scperteval.errors import DatasetError
 from scperteval.scoring.folds import FOLD_COLUMN
 
-__all__ = ["fold_run_rows", "run_folds", "split_digest"]
+__all__ = ["fold_run_rows", "in_run_order", "run_folds", "split_digest"]
+
+#: What identifies a row of stored results.
+ROW_KEYS = ["protocol", "covariate", "perturbation", "source", "source_name"]
 
 
 def split_digest(options: Mapping[str, Any]) -> str | None:
@@ -117,3 +120,35 @@ def fold_run_rows(
                 owner[fold, protocol] = path
         rows.append(table[table[FOLD_COLUMN].astype(str).isin(folds)])
     return rows
+
+
+def in_run_order(pooled: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
+    """The pooled rows in the order of a fold run's own table (every fold's rows).
+
+    Every run under the split stores a row for every held-out perturbation (a
+    model's missing ones as NaN), in the order of one run of all folds; quantities
+    that walk the perturbations in order (the criterion's bootstrap) then equal
+    that run's. Rows the reference lacks (other protocols) follow in their order.
+
+    Parameters
+    ----------
+    pooled
+        The pooled results.
+    reference
+        A fold run's stored results, unfiltered.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``pooled``, reordered, with a fresh index.
+
+    """
+    position = {key: index for index, key in enumerate(_keys(reference))}
+    rank = [position.get(key, len(position) + i) for i, key in enumerate(_keys(pooled))]
+    order = sorted(range(len(rank)), key=rank.__getitem__)
+    return pooled.iloc[order].reset_index(drop=True)
+
+
+def _keys(table: pd.DataFrame) -> list[tuple[str, ...]]:
+    columns = [table[c].astype(str) for c in ROW_KEYS]
+    return list(zip(*columns, strict=True))

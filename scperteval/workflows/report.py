@@ -28,8 +28,9 @@ from scperteval.outputs import check_output_folder, staged_output
 from scperteval.reporting.across import write_across
 from scperteval.scoring.across import AcrossDatasets, across_datasets, dataset_label
 from scperteval.scoring.derive import derive
-from scperteval.scoring.fold_runs import fold_run_rows, split_digest
-from scperteval.scoring.folds import FOLD_COLUMN, fold_scores
+from scperteval.scoring.fold_runs import fold_run_rows, in_run_order, split_digest
+from scperteval.scoring.folds import FOLD_COLUMN, fold_scores, fold_summary
+from scperteval.scoring.mean_ratio import mean_ratio_table
 from scperteval.scoring.result import PROTOCOL_FILE, RESULT_FILE, RUN_FILE, ScoreResult
 from scperteval.scoring.trust import MIN_PERTURBATIONS
 
@@ -171,6 +172,8 @@ def _merged(runs: Sequence[Run], paths: Sequence[Path], settings: dict[str, Any]
     if pooled_folds:
         tables = fold_run_rows(tables, [r[2] for r in runs], paths)
     results, protocols = _merge(tables, [r[1] for r in runs], paths)
+    if pooled_folds:
+        results = in_run_order(results, runs[0][0])
     thresholds = settings["thresholds"] or Thresholds(**first.get("thresholds", {}))
     aggregate = settings["aggregate"] or first.get("aggregate", "median")
     correction = settings["correction"] or first.get("correction", "bonferroni")
@@ -215,6 +218,13 @@ def _merged(runs: Sequence[Run], paths: Sequence[Path], settings: dict[str, Any]
         folds = tuple(str(f) for f in first["split"]["folds"])
         result.fold_scores = fold_scores(
             results[columns], folds, lambda table: derive_on(table).leaderboard.headline
+        )
+        # The criterion on the stored error protocols (a protocol added to the runs
+        # for the criterion alone was not stored).
+        lower = [str(r.protocol) for r in protocols.itertuples() if str(r.better) == "lower"]
+        result.criterion = mean_ratio_table(results, lower, int(first.get("seed", 0)))
+        result.fold_summary = fold_summary(
+            derived.leaderboard.headline, result.fold_scores, result.criterion
         )
         info["pooled_folds"] = sorted(set(results[FOLD_COLUMN].dropna().astype(str)))
     return result
