@@ -22,7 +22,7 @@ from scperteval.scoring.folds import FOLD_COLUMN
 __all__ = ["fold_run_rows", "in_run_order", "run_folds", "split_digest"]
 
 #: What identifies a row of stored results.
-ROW_KEYS = ["protocol", "covariate", "perturbation", "source", "source_name"]
+ROW_KEYS = ("protocol", "covariate", "perturbation", "source", "source_name")
 
 
 def split_digest(options: Mapping[str, Any]) -> str | None:
