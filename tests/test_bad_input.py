@@ -125,6 +125,7 @@ def bad_files(small_path) -> Path:
     one_row.loc[0, genes] = -0.05
     one_row.to_csv(folder / "one_row_of_changes.csv", index=False)
     _write_unusual_inputs(folder, truth, good)
+    _write_fold_runs(folder, list(good["perturbation"]))
     return folder
 
 
@@ -257,6 +258,41 @@ def _write_unusual_inputs(folder: Path, truth, good) -> None:
         }
         pd.DataFrame(row).to_parquet(run / "results.parquet")
         (run / "protocols.csv").write_text("protocol\nmse\n")
+def _write_fold_runs(folder: Path, labels: list[str]) -> None:
+    """Stored score runs of one fold each, under two splits, for report's pooling."""
+    import json
+
+    import pandas as pd
+
+    folds = [str(i % 2) for i in range(len(labels))]
+    for name, digest, fold in (("a0", "a", "0"), ("a1", "a", "0"), ("b1", "b", "1")):
+        run = folder / f"fold_run_{name}"
+        run.mkdir()
+        results = pd.DataFrame(
+            {
+                "covariate": "all",
+                "perturbation": labels,
+                "protocol": "mse",
+                "source": "model",
+                "source_name": "m",
+                "value": 1.0,
+                "reason": "",
+                "fold": folds,
+            }
+        )
+        results.to_parquet(run / "results.parquet", index=False)
+        pd.DataFrame({"protocol": ["mse"], "better": ["lower"], "perfect": [0.0]}).to_csv(
+            run / "protocols.csv", index=False
+        )
+        missing = [f"all/{p}" for p, f in zip(labels, folds, strict=True) if f != fold]
+        options = {
+            "input_checksum": "same",
+            "seed": 0,
+            "truth": "half",
+            "split": {"sha256": digest * 64, "folds": {"0": 2, "1": 2}},
+            "models": {"m": {"missing": missing}},
+        }
+        (run / "run.json").write_text(json.dumps({"command": "score", "options": options}))
 
 
 #: (case id, arguments, pattern of the error line)
@@ -1273,6 +1309,78 @@ CASES: list[tuple[str, list[str], str]] = [
         "report into a file",
         ["report", "{bad}/tampered_seed_text", "--out", "{bad}/good.csv"],
         r"good\.csv is an existing file, not a folder",
+    ),
+    # Calibration under a split, and report pooling fold runs.
+    (
+        "calibrate: split that misses a perturbation",
+        [
+            "calibrate",
+            "{data}",
+            "-p",
+            "mse",
+            "--split",
+            "{bad}/split_missing.csv",
+            "--out",
+            "{out}",
+        ],
+        r"split_missing\.csv misses 1 of the data's 4 perturbations: 'G10'; give each a fold",
+    ),
+    (
+        "calibrate: split that lists an unknown perturbation",
+        [
+            "calibrate",
+            "{data}",
+            "-p",
+            "mse",
+            "--split",
+            "{bad}/split_unknown.csv",
+            "--out",
+            "{out}",
+        ],
+        r"split_unknown\.csv",
+    ),
+    (
+        "calibrate: split with overlapping folds",
+        [
+            "calibrate",
+            "{data}",
+            "-p",
+            "mse",
+            "--split",
+            "{bad}/split_overlap.csv",
+            "--out",
+            "{out}",
+        ],
+        r"'G10' is in folds '0' and '1'; each perturbation belongs to one fold",
+    ),
+    (
+        "calibrate: split fold without training perturbations",
+        [
+            "calibrate",
+            "{data}",
+            "-p",
+            "mse",
+            "--split",
+            "{bad}/split_one_fold.csv",
+            "--out",
+            "{out}",
+        ],
+        r"fold '0' has no training perturbations; every fold must train on",
+    ),
+    (
+        "calibrate: split table that is missing",
+        ["calibrate", "{data}", "-p", "mse", "--split", "{tmp}/absent.csv", "--out", "{out}"],
+        r"split table '.*absent\.csv' not found",
+    ),
+    (
+        "report: fold runs of different splits",
+        ["report", "{bad}/fold_run_a0", "{bad}/fold_run_b1", "--out", "{out}"],
+        r"cannot merge .*fold_run_b1 with .*fold_run_a0: different splits",
+    ),
+    (
+        "report: fold runs of the same fold",
+        ["report", "{bad}/fold_run_a0", "{bad}/fold_run_a1", "--out", "{out}"],
+        r"cannot merge .*fold_run_a1 with .*fold_run_a0: both scored fold '0' \(mse\)",
     ),
 ]
 

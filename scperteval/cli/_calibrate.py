@@ -47,6 +47,15 @@ def add_parser(commands: Any) -> None:
         help="fewest perturbations with both controls for a protocol to be trusted (default "
         "10, the rule of score and report)",
     )
+    parser.add_argument(
+        "--split",
+        default=None,
+        metavar="PATH",
+        help="calibrate under a split: a table (.csv, .tsv, .parquet) of perturbation -> fold "
+        "or role, or obs:COLUMN; only held-out perturbations are scored, the negative "
+        "controls pool each fold's training perturbations, and verdict_changes.csv says "
+        "which verdicts change against the unsplit calibration",
+    )
     parser.add_argument("--out", required=True, help="output folder")
     parser.set_defaults(handler=run)
 
@@ -66,13 +75,14 @@ def run(args: argparse.Namespace) -> int:
             thresholds=thresholds,
             out=args.out,
             min_perturbations=args.min_perturbations,
+            split=args.split,
         )
     out = Path(args.out)
     print(result.summary(str(out / "failures.csv")))
     print_run_notes(result.info, args.min_cells)
     total = result.info.get("timings_seconds", {}).get("total", float("nan"))
-    print(
-        f"finished in {total:.1f} s; wrote {out / 'results.parquet'}, "
-        f"{out / 'calibration.csv'} and {out / 'run.json'}"
-    )
+    tables = [out / "results.parquet", out / "calibration.csv"]
+    if not result.verdict_changes.empty:
+        tables.append(out / "verdict_changes.csv")
+    print(f"finished in {total:.1f} s; wrote {', '.join(map(str, tables))} and {out / 'run.json'}")
     return 0

@@ -90,7 +90,9 @@ def add_parser(commands: Any) -> None:
         description=(
             "Rebuild the leaderboard and report from results.parquet without the data; "
             "several folders on the same data (checksum) and seed merge into one leaderboard "
-            "(the same model may appear in runs of different protocols); folders on "
+            "(the same model may appear in runs of different protocols; runs that each scored "
+            "one fold's predictions under the same split pool into that split's leaderboard); "
+            "folders on "
             "different data give a models x datasets summary (datasets.csv/.md/.tex/.html)."
         ),
     )
@@ -138,7 +140,9 @@ def _print(result: Any, out: Path) -> None:
 
 
 def split_lines(result: Any) -> list[str]:
-    """What a run under a split adds to the terminal: its folds and the criterion."""
+    """What a run under a split adds to the terminal: folds, criterion, verdict changes."""
+    from scperteval.scoring.verdict_changes import verdict_change_lines
+
     split = result.info.get("split")
     if not split:
         return []
@@ -151,6 +155,9 @@ def split_lines(result: Any) -> list[str]:
         lines.append(
             f"outperforms the training-mean baseline (95% CI of the L2 ratio below 1): {shown}"
         )
+    changes = getattr(result, "verdict_changes", None)
+    if changes is not None and not changes.empty:
+        lines.extend(verdict_change_lines(changes))
     return lines
 
 

@@ -123,6 +123,9 @@ class Engine:
         self.cluster_session: Any = None
         #: The split's folds on the conditions (see :meth:`use_split`); ``None``: no split.
         self.folds: FoldPlan | None = None
+        # Values computed under a split are cached apart from the unsplit ones, so
+        # that an unsplit engine on the same context never reads a fold's value.
+        self._memo_scope: tuple[str, ...] = ("engine", self.truth_half)
 
     def __getstate__(self) -> dict[str, Any]:
         # A cluster session belongs to the process that holds its client.
@@ -160,7 +163,7 @@ class Engine:
 
     def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
         """Cached value shared by every protocol (thread-safe, computed once)."""
-        return self.context._memo.get(("engine", self.truth_half, key), compute)
+        return self.context._memo.get((*self._memo_scope, key), compute)
 
     def covariate_index(self, condition: int) -> int:
         """Index of a condition's covariate group."""
@@ -187,6 +190,7 @@ class Engine:
 
         """
         self.folds = FoldPlan.build(split, self.context.layout)
+        self._memo_scope = ("engine", self.truth_half, "split", split.digest())
 
     def scored_conditions(self) -> np.ndarray:
         """Indices of the conditions scored: all, or those a fold of the split holds out."""

@@ -28,6 +28,7 @@ SPLIT_FILES = MappingProxyType(
         "fold_scores.csv": "fold_scores",
         "leaderboard_folds.csv": "fold_summary",
         "mean_ratio.csv": "criterion",
+        "verdict_changes.csv": "verdict_changes",
     }
 )
 
@@ -73,6 +74,10 @@ class ScoreResult:
     criterion
         Under a split: the error ratio to the training-mean baseline per entry and
         error protocol (:func:`~scperteval.scoring.mean_ratio.mean_ratio_table`).
+    verdict_changes
+        Under a split (calibrated runs): each protocol's overall verdict beside the
+        one of the same data without the split
+        (:func:`~scperteval.scoring.verdict_changes.verdict_changes`); empty otherwise.
     info
         Run information (data checksum, seed, options, coverage, timings).
 
@@ -91,6 +96,7 @@ class ScoreResult:
     fold_scores: pd.DataFrame = field(default_factory=pd.DataFrame)
     fold_summary: pd.DataFrame = field(default_factory=pd.DataFrame)
     criterion: pd.DataFrame = field(default_factory=pd.DataFrame)
+    verdict_changes: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def _repr_html_(self) -> str:
         return str(self.leaderboard._repr_html_())

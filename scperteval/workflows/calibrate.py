@@ -18,6 +18,10 @@ from scperteval.errors import SpecError
 from scperteval.outputs import staged_output
 from scperteval.runinfo import Timer, write_atomic, write_run_json
 from scperteval.scoring.trust import MIN_PERTURBATIONS, apply_evidence
+from scperteval.scoring.verdict_changes import verdict_change_lines, verdict_changes
+from scperteval.splits.reading import read_split
+from scperteval.splits.table import split_record
+from scperteval.workflows.split_scoring import unsplit_twin
 from scperteval.workflows.steps import (
     check_job_options,
     open_engine,
@@ -51,6 +55,12 @@ class CalibrationResult:
         Fewest perturbations with both controls defined a protocol needs to be
         trusted (the rule ``score`` and ``report`` apply, see
         :mod:`scperteval.scoring.trust`).
+    unsplit_calibration
+        Under a split, the calibration of the same data without it (same columns as
+        ``calibration``); empty otherwise.
+    verdict_changes
+        Under a split, each protocol's overall verdict beside the unsplit one
+        (:func:`~scperteval.scoring.verdict_changes.verdict_changes`); empty otherwise.
 
     """
 
@@ -60,6 +70,8 @@ class CalibrationResult:
     thresholds: Thresholds
     info: dict[str, Any] = field(default_factory=dict)
     min_perturbations: int = MIN_PERTURBATIONS
+    unsplit_calibration: pd.DataFrame = field(default_factory=pd.DataFrame)
+    verdict_changes: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def n_failed(self) -> int:
@@ -112,6 +124,8 @@ class CalibrationResult:
             f"thresholds: BDS >= {self.thresholds.bds_min}, DRF {self.thresholds.drf_statistic} "
             f">= {self.thresholds.drf_min}; {len(self.trusted_protocols())} of {len(table)} trusted"
         )
+        if not self.verdict_changes.empty:
+            lines.extend(verdict_change_lines(self.verdict_changes))
         lines.extend(failure_lines(self.results, failures_file))
         return "\n".join(lines)
 
@@ -125,7 +139,8 @@ class CalibrationResult:
         """Write the tables atomically.
 
         ``results.parquet``, ``calibration.csv``, ``protocols.csv`` and
-        ``failures.csv`` (NaN values counted by protocol, candidate and reason).
+        ``failures.csv`` (NaN values counted by protocol, candidate and reason);
+        under a split also ``calibration_unsplit.csv`` and ``verdict_changes.csv``.
         """
         folder = Path(folder)
         write_atomic(folder / "results.parquet", lambda p: self.results.to_parquet(p, index=False))
@@ -133,6 +148,12 @@ class CalibrationResult:
         write_atomic(folder / "protocols.csv", lambda p: self.protocols.to_csv(p, index=False))
         failures = failure_counts(self.results)
         write_atomic(folder / "failures.csv", lambda p: failures.to_csv(p, index=False))
+        if not self.verdict_changes.empty:
+            unsplit, changes = self.unsplit_calibration, self.verdict_changes
+            write_atomic(
+                folder / "calibration_unsplit.csv", lambda p: unsplit.to_csv(p, index=False)
+            )
+            write_atomic(folder / "verdict_changes.csv", lambda p: changes.to_csv(p, index=False))
 
 
 def calibrate(
@@ -152,6 +173,7 @@ def calibrate(
     out: str | Path | None = None,
     progress: bool | None = None,
     min_perturbations: int = MIN_PERTURBATIONS,
+    split: Any = None,
     **dataset_options: Unpack[DatasetOptions],
 ) -> CalibrationResult:
     """Score each protocol's positive and negative controls and judge its calibration.
@@ -207,6 +229,13 @@ def calibrate(
         Fewest perturbations with both controls defined a protocol needs to be
         trusted (default 10, the rule of ``score`` and ``report``; see
         :mod:`scperteval.scoring.trust` for why 10).
+    split
+        Calibrate under a split (a :class:`~scperteval.splits.split.Split`, a split
+        table or its path, see :func:`~scperteval.splits.reading.read_split`): only
+        held-out perturbations are scored and the negative controls pool each fold's
+        training perturbations. The same run also calibrates the data without the
+        split (sharing the truth's statistics) and reports which verdicts change
+        (``verdict_changes``). ``None`` (default): no split.
     **dataset_options
         How to read the dataset: ``perturbation_key``, ``control_label``,
         ``covariate_key``, ``layer``, ``min_cells``, ``normalize``, ``subset``,
@@ -244,6 +273,11 @@ def calibrate(
         max_population_cells=cap,
         **shared,
     )
+    unsplit = None
+    if split is not None:
+        # The twin is made before the split is set, and shares the context.
+        unsplit = unsplit_twin(engine)
+        engine.use_split(read_split(split, engine.context.dataset))
     results = run_protocol_tasks(
         engine, chosen, timer, workers=workers, executor=executor, progress=progress
     )
@@ -256,6 +290,22 @@ def calibrate(
     result = CalibrationResult(
         results, table, protocol_table(chosen), thresholds, info, min_perturbations
     )
+    if unsplit is not None:
+        unsplit_results = run_protocol_tasks(
+            unsplit, chosen, timer, workers=workers, executor=executor, progress=progress
+        )
+        with timer.step("calibration"):
+            result.unsplit_calibration = calibration_table(unsplit_results, meta, thresholds)
+            result.verdict_changes = verdict_changes(
+                table, result.unsplit_calibration, thresholds, min_perturbations
+            )
+        assert engine.folds is not None
+        changed = result.verdict_changes["changed"]
+        info["split"] = {
+            **(split_record(engine.folds.split) or {}),
+            "scored_perturbations": int(engine.folds.scored().size),
+            "verdict_changes": result.verdict_changes.loc[changed, "protocol"].tolist(),
+        }
     if out is None:
         return result
     assert checksum is not None

@@ -28,6 +28,9 @@ from scperteval.outputs import check_output_folder, staged_output
 from scperteval.reporting.across import write_across
 from scperteval.scoring.across import AcrossDatasets, across_datasets, dataset_label
 from scperteval.scoring.derive import derive
+from scperteval.scoring.fold_runs import fold_run_rows, in_run_order, split_digest
+from scperteval.scoring.folds import FOLD_COLUMN, fold_scores, fold_summary
+from scperteval.scoring.mean_ratio import mean_ratio_table
 from scperteval.scoring.result import PROTOCOL_FILE, RESULT_FILE, RUN_FILE, ScoreResult
 from scperteval.scoring.trust import MIN_PERTURBATIONS
 from scperteval.workflows.stored_run import check_stored_run
@@ -166,7 +169,13 @@ def _merged(runs: Sequence[Run], paths: Sequence[Path], settings: dict[str, Any]
                 raise DatasetError(
                     f"cannot merge {path} with {paths[0]}: different {key} ({theirs!r} vs {ours!r})"
                 )
-    results, protocols = _merge([r[0] for r in runs], [r[1] for r in runs], paths)
+    tables = [r[0] for r in runs]
+    pooled_folds = len(runs) > 1 and any(split_digest(o) is not None for _, _, o in runs)
+    if pooled_folds:
+        tables = fold_run_rows(tables, [r[2] for r in runs], paths)
+    results, protocols = _merge(tables, [r[1] for r in runs], paths)
+    if pooled_folds:
+        results = in_run_order(results, runs[0][0])
     thresholds = settings["thresholds"] or Thresholds(**first.get("thresholds", {}))
     aggregate = settings["aggregate"] or first.get("aggregate", "median")
     correction = settings["correction"] or first.get("correction", "bonferroni")
@@ -175,17 +184,21 @@ def _merged(runs: Sequence[Run], paths: Sequence[Path], settings: dict[str, Any]
         min_perturbations = int(first.get("min_perturbations", MIN_PERTURBATIONS))
     flags = {k: v for _, _, o in runs for k, v in (o.get("flags") or {}).items()}
     columns = [c for c in results.columns if c != "calibrated"]
-    derived = derive(
-        results[columns],
-        protocols,
-        thresholds,
-        aggregate,
-        correction,
-        first.get("truth", "half") == "half",
-        int(first.get("seed", 0)),
-        min_perturbations=min_perturbations,
-        flags={name: record.get("flags", []) for name, record in flags.items()},
-    )
+
+    def derive_on(table: pd.DataFrame) -> Any:
+        return derive(
+            table,
+            protocols,
+            thresholds,
+            aggregate,
+            correction,
+            first.get("truth", "half") == "half",
+            int(first.get("seed", 0)),
+            min_perturbations=min_perturbations,
+            flags={name: record.get("flags", []) for name, record in flags.items()},
+        )
+
+    derived = derive_on(results[columns])
     info = {
         **first,
         "command": "report",
@@ -201,7 +214,22 @@ def _merged(runs: Sequence[Run], paths: Sequence[Path], settings: dict[str, Any]
     }
     if not info["merged_from"]:
         info.pop("merged_from")
-    return ScoreResult.from_derived(derived, protocols, thresholds, info)
+    result = ScoreResult.from_derived(derived, protocols, thresholds, info)
+    if pooled_folds:
+        # The pooled rows are each fold's own run's: the breakdown by fold follows.
+        folds = tuple(str(f) for f in first["split"]["folds"])
+        result.fold_scores = fold_scores(
+            results[columns], folds, lambda table: derive_on(table).leaderboard.headline
+        )
+        # The criterion on the stored error protocols (a protocol added to the runs
+        # for the criterion alone was not stored).
+        lower = [str(r.protocol) for r in protocols.itertuples() if str(r.better) == "lower"]
+        result.criterion = mean_ratio_table(results, lower, int(first.get("seed", 0)))
+        result.fold_summary = fold_summary(
+            derived.leaderboard.headline, result.fold_scores, result.criterion
+        )
+        info["pooled_folds"] = sorted(set(results[FOLD_COLUMN].dropna().astype(str)))
+    return result
 
 
 def _merge(

@@ -28,6 +28,7 @@ from scperteval.workflows.split_scoring import (
     criterion_protocols,
     criterion_record,
     split_breakdown,
+    split_verdict_changes,
 )
 from scperteval.workflows.steps import (
     check_job_options,
@@ -289,6 +290,17 @@ def score(
             split_tables = split_breakdown(
                 derived, results, all_results, folds.split, chosen, extra, seed, derive_on
             )
+        if truth == "half":
+            split_tables["verdict_changes"] = split_verdict_changes(
+                engine,
+                chosen,
+                derived.calibration,
+                thresholds,
+                min_perturbations,
+                lambda twin: run_protocol_tasks(
+                    twin, chosen, timer, workers=workers, executor=executor, progress=progress
+                ),
+            )
     info: dict[str, Any] = {
         "command": "score",
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -315,6 +327,9 @@ def score(
             "scored_perturbations": int(folds.scored().size),
             "criterion": criterion_record(extra),
         }
+        if "verdict_changes" in split_tables:
+            changes = split_tables["verdict_changes"]
+            info["split"]["verdict_changes"] = changes.loc[changes["changed"], "protocol"].tolist()
     result = ScoreResult.from_derived(derived, protocols_described, thresholds, info)
     for name, table in split_tables.items():
         setattr(result, name, table)

@@ -7,6 +7,8 @@ from typing import Any
 
 import pandas as pd
 
+from scperteval.engine.calibrators import Thresholds, calibration_table
+from scperteval.engine.engine import Engine
 from scperteval.engine.protocol import Protocol
 from scperteval.engine.suites import load_suite
 from scperteval.scoring.derive import Derived
@@ -22,9 +24,16 @@ from scperteval.scoring.mean_ratio import (
     CRITERION_BASELINE,
     mean_ratio_table,
 )
+from scperteval.scoring.verdict_changes import verdict_changes
 from scperteval.splits.split import Split
 
-__all__ = ["criterion_protocols", "criterion_record", "split_breakdown"]
+__all__ = [
+    "criterion_protocols",
+    "criterion_record",
+    "split_breakdown",
+    "split_verdict_changes",
+    "unsplit_twin",
+]
 
 #: The suite that defines the criterion's protocol.
 CRITERION_SUITE = "ahlmann_eltze2025"
@@ -114,3 +123,69 @@ def split_breakdown(
         "criterion": criterion,
         "fold_summary": summary,
     }
+
+
+def unsplit_twin(engine: Engine) -> Engine:
+    """An engine on the same context and settings as ``engine``, without its split.
+
+    The verdicts a split changes are judged against the unsplit calibration of the
+    same data: the twin shares the context, so the truth's statistics (group
+    moments, centroids, DE) are computed once for both, while each engine keeps the
+    values that depend on the split apart (see :meth:`Engine.use_split`).
+
+    Parameters
+    ----------
+    engine
+        The run's engine, under a split or not.
+
+    Returns
+    -------
+    Engine
+        A new engine with no split.
+
+    """
+    return Engine(
+        engine.context,
+        truth="half" if engine.truth_half == "truth" else "all",
+        sample_cells=engine.sample_cells,
+        pca_cells=engine.pca_cells,
+        device=engine.device,
+        precision=engine.precision,
+        max_population_cells=engine.max_population_cells,
+    )
+
+
+def split_verdict_changes(
+    engine: Engine,
+    chosen: Sequence[Protocol],
+    calibration: pd.DataFrame,
+    thresholds: Thresholds,
+    min_perturbations: int,
+    run_controls: Callable[[Engine], pd.DataFrame],
+) -> pd.DataFrame:
+    """The verdicts a split changes: its calibration against that of the data unsplit.
+
+    Parameters
+    ----------
+    engine
+        The run's engine, under the split.
+    chosen
+        The protocols calibrated.
+    calibration
+        The calibration under the split.
+    thresholds, min_perturbations
+        The verdict's rule.
+    run_controls
+        Scores the protocols' controls on an engine (the run's tasks, timed).
+
+    Returns
+    -------
+    pandas.DataFrame
+        :func:`~scperteval.scoring.verdict_changes.verdict_changes`; the unsplit
+        controls are scored on :func:`unsplit_twin` of ``engine``.
+
+    """
+    controls = run_controls(unsplit_twin(engine))
+    meta = {p.name: {"better": p.better, "perfect": p.perfect} for p in chosen}
+    unsplit = calibration_table(controls, meta, thresholds)
+    return verdict_changes(calibration, unsplit, thresholds, min_perturbations)
