@@ -176,3 +176,23 @@ def test_verdict_sentences_write_the_drf_share_as_a_person_would() -> None:
         "not trusted: the technical duplicate beats the dataset mean on 7/8 perturbations "
         "(BDS 0.88) and covers a median 1.4% of the range (DRF 0.01) (DRF median 0.01 < 0.2)"
     )
+
+
+def test_the_figures_get_a_bar_counting_every_figure_written(scored, tmp_path, capsys) -> None:
+    result, _ = scored
+    result.write(tmp_path / "loud", progress=True)
+    shown = capsys.readouterr().err
+    written = len(list((tmp_path / "loud" / "figures").glob("*.png")))
+    assert written > 0
+    assert re.search(rf"figures: .*\d+/{written} .*figures", shown)
+    result.write(tmp_path / "quiet", progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_quiet_turns_the_figure_bar_off_in_report() -> None:
+    from scperteval.cli import build_parser
+    from scperteval.cli._options import progress_setting
+
+    parser = build_parser()
+    assert progress_setting(parser.parse_args(["report", "run", "--quiet"])) is False
+    assert progress_setting(parser.parse_args(["report", "run"])) is None
