@@ -15,6 +15,7 @@ from scperteval.engine.calibrators import Thresholds
 from scperteval.progress import progress_bar
 from scperteval.reporting.formatting import percent
 from scperteval.reporting.terminal import empty_entry_lines, terminal_lines
+from scperteval.scoring.trust import verdict_sentences
 from scperteval.simulation import simulate
 
 PROTOCOLS = "mse,pearson_delta_ctrl,mae,de_auprc,energy_pca"
@@ -114,8 +115,11 @@ def test_an_entry_without_a_score_says_its_commonest_reason() -> None:
         (0.02, "2%"),
         (0.1249, "12%"),
         (0.5, "50%"),
+        (0.9949, "99%"),
+        (0.996, "99.6%"),
         (0.99999, ">99.9%"),
         (1.0, "100%"),
+        (-0.996, "-99.6%"),
         (math.nan, "–"),
     ],
 )
@@ -149,3 +153,46 @@ def test_quiet_turns_the_bars_off_on_the_command_line() -> None:
     loud = parser.parse_args(["calibrate", "--example", "--out", "x"])
     assert engine_kwargs(quiet)["progress"] is False
     assert engine_kwargs(loud)["progress"] is None
+
+
+def test_verdict_sentences_write_the_drf_share_as_a_person_would() -> None:
+    # 7 of 8 wins is BDS 0.875; a DRF median of 0.0142 is 1.4% of the range, not "1%".
+    calibration = pd.DataFrame(
+        {
+            "protocol": ["mse"],
+            "covariate": ["all"],
+            "n": [8],
+            "bds": [7 / 8],
+            "drf_median": [0.0142],
+            "drf_mean": [0.5],
+        }
+    )
+    protocols = pd.DataFrame(
+        {"protocol": ["mse"], "positive": ["technical_duplicate"], "negative": ["dataset_mean"]}
+    )
+    reasons = {"mse": "DRF median 0.01 < 0.2"}
+    sentences = verdict_sentences(calibration, reasons, protocols, Thresholds())
+    assert sentences["mse"] == (
+        "not trusted: the technical duplicate beats the dataset mean on 7/8 perturbations "
+        "(BDS 0.88) and covers a median 1.4% of the range (DRF 0.01) (DRF median 0.01 < 0.2)"
+    )
+
+
+def test_the_figures_get_a_bar_counting_every_figure_written(scored, tmp_path, capsys) -> None:
+    result, _ = scored
+    result.write(tmp_path / "loud", progress=True)
+    shown = capsys.readouterr().err
+    written = len(list((tmp_path / "loud" / "figures").glob("*.png")))
+    assert written > 0
+    assert re.search(rf"figures: .*\d+/{written} .*figures", shown)
+    result.write(tmp_path / "quiet", progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_quiet_turns_the_figure_bar_off_in_report() -> None:
+    from scperteval.cli import build_parser
+    from scperteval.cli._options import progress_setting
+
+    parser = build_parser()
+    assert progress_setting(parser.parse_args(["report", "run", "--quiet"])) is False
+    assert progress_setting(parser.parse_args(["report", "run"])) is None

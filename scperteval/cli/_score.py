@@ -8,11 +8,13 @@ from typing import Any
 
 from scperteval.cli._options import (
     add_engine_options,
+    add_quiet_option,
     add_thresholds_option,
     cluster_client,
     engine_kwargs,
     parse_thresholds,
     print_run_notes,
+    progress_setting,
 )
 from scperteval.errors import SpecError
 
@@ -99,6 +101,7 @@ def add_parser(commands: Any) -> None:
     report.add_argument("folders", nargs="+", help="output folder(s) of scperteval score")
     _add_report_options(report, defaults=False)
     report.add_argument("--out", default=None, help="output folder (default: the input folder)")
+    add_quiet_option(report)
     report.set_defaults(handler=run_report)
 
 
@@ -203,6 +206,7 @@ def run_report(args: argparse.Namespace) -> int:
         correction=args.correction,
         figures=not args.no_figures,
         min_perturbations=_min_perturbations(args.min_perturbations),
+        progress=progress_setting(args),
     )
     if not hasattr(result, "leaderboard"):
         # Runs on several datasets: the models x datasets summary.

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from scperteval.progress import progress_bar
 from scperteval.reporting.formatting import created_now, write_file
 from scperteval.reporting.html import html_report
 from scperteval.reporting.methods import methods_text
@@ -31,23 +32,28 @@ FIGURE_NAMES = ("heatmap", "calibration", "distributions", "versus_positive", "v
 PAGED_FIGURE = "per_perturbation"
 
 
-def _write_figures(result: Any, folder: Path) -> dict[str, tuple[bytes, str]]:
+def _write_figures(
+    result: Any, folder: Path, progress: bool | None = None
+) -> dict[str, tuple[bytes, str]]:
     from scperteval.reporting.figures import caption, draw_figures, render
 
     images: dict[str, tuple[bytes, str]] = {}
     target = folder / FIGURE_FOLDER
     drawn = draw_figures(result)
-    for name, figure in drawn.items():
-        # The paged per-perturbation figures are for reading, not for print: PNG only
-        # (their many labels make SVG rendering several times slower).
-        paged = name.startswith(PAGED_FIGURE)
-        png, svg = render(figure, svg=not paged)
-        write_file(target / f"{name}.png", png)
-        if paged:
-            (target / f"{name}.svg").unlink(missing_ok=True)
-        else:
-            write_file(target / f"{name}.svg", svg)
-        images[name] = (png, caption(name, figure))
+    # Rendering is most of a small run's time once the protocols are scored.
+    with progress_bar("figures", len(drawn), progress, "figures") as bar:
+        for name, figure in drawn.items():
+            # The paged per-perturbation figures are for reading, not for print: PNG only
+            # (their many labels make SVG rendering several times slower).
+            paged = name.startswith(PAGED_FIGURE)
+            png, svg = render(figure, svg=not paged)
+            write_file(target / f"{name}.png", png)
+            if paged:
+                (target / f"{name}.svg").unlink(missing_ok=True)
+            else:
+                write_file(target / f"{name}.svg", svg)
+            images[name] = (png, caption(name, figure))
+            bar.update(1)
     pages = [p.stem for p in target.glob(f"{PAGED_FIGURE}_*.png")] if target.is_dir() else []
     for name in [n for n in [*FIGURE_NAMES, *pages] if n not in drawn]:
         for suffix in (".png", ".svg"):
@@ -55,7 +61,9 @@ def _write_figures(result: Any, folder: Path) -> dict[str, tuple[bytes, str]]:
     return images
 
 
-def write_reports(result: Any, folder: str | Path, figures: bool = True) -> None:
+def write_reports(
+    result: Any, folder: str | Path, figures: bool = True, progress: bool | None = None
+) -> None:
     """Write the Markdown, LaTeX and HTML reports (and figures) of a scored run.
 
     Parameters
@@ -68,6 +76,8 @@ def write_reports(result: Any, folder: str | Path, figures: bool = True) -> None
         Draw the figures into ``folder/figures`` (PNG and SVG) and embed them
         in ``report.html``. Figures a run cannot support (calibration figures
         in plain mode) are skipped and stale copies removed.
+    progress
+        Show a bar over the figures rendered (default: when stderr is a terminal).
 
     """
     folder = Path(folder)
@@ -75,5 +85,5 @@ def write_reports(result: Any, folder: str | Path, figures: bool = True) -> None
     write_file(folder / "leaderboard.md", markdown_report(result, created))
     write_file(folder / "leaderboard.tex", latex_table(result.leaderboard))
     write_file(folder / "methods.md", methods_text(result))
-    images = _write_figures(result, folder) if figures else {}
+    images = _write_figures(result, folder, progress) if figures else {}
     write_file(folder / "report.html", html_report(result, images, created))

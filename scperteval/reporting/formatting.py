@@ -50,8 +50,8 @@ def percent(fraction: float) -> str:
     --------
     >>> percent(0.0), percent(1.4e-29), percent(0.0142), percent(0.37), percent(1.0)
     ('0%', '<0.1%', '1.4%', '37%', '100%')
-    >>> percent(0.99999)
-    '>99.9%'
+    >>> percent(0.99999), percent(0.996), percent(-0.996)
+    ('>99.9%', '99.6%', '-99.6%')
 
     """
     if not math.isfinite(fraction):
@@ -63,7 +63,9 @@ def percent(fraction: float) -> str:
         return "<0.1%" if value > 0 else ">-0.1%"
     if 99.9 < value < 100:
         return ">99.9%"
-    text = f"{value:.1f}" if abs(value) < 10 else f"{value:.0f}"
+    whole = f"{value:.0f}"
+    # 99.5% to 99.9% would round to the bound as whole numbers, so keep a decimal there.
+    text = f"{value:.1f}" if abs(value) < 10 or whole in ("100", "-100") else whole
     return (text[:-2] if text.endswith(".0") else text) + "%"
 
 

@@ -104,8 +104,19 @@ class ScoreResult:
     def __repr__(self) -> str:
         return repr(self.leaderboard)
 
-    def write(self, folder: str | Path, figures: bool = True) -> None:
-        """Write every table, the reports and ``run.json`` into ``folder``."""
+    def write(self, folder: str | Path, figures: bool = True, progress: bool | None = None) -> None:
+        """Write every table, the reports and ``run.json`` into ``folder``.
+
+        Parameters
+        ----------
+        folder
+            Output folder.
+        figures
+            Draw the figures of the reports.
+        progress
+            Show a bar over the figures (default: when stderr is a terminal).
+
+        """
         folder = Path(folder)
         write_atomic(folder / RESULT_FILE, lambda p: self.results.to_parquet(p, index=False))
         write_atomic(folder / PROTOCOL_FILE, lambda p: self.protocols.to_csv(p, index=False))
@@ -127,7 +138,7 @@ class ScoreResult:
             frame: pd.DataFrame = getattr(self, table)
             if not frame.empty:
                 write_atomic(folder / file, functools.partial(_write_csv, frame))
-        write_reports(self, folder, figures=figures)
+        write_reports(self, folder, figures=figures, progress=progress)
         write_run_json(folder / RUN_FILE, self.info.get("command", "score"), self.info)
 
     @classmethod

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from scperteval.engine.calibrators import OVERALL, Thresholds
-from scperteval.reporting.formatting import TRUST_TERMS
+from scperteval.reporting.formatting import TRUST_TERMS, percent
 
 __all__ = ["MIN_PERTURBATIONS", "TRUST_TERMS", "apply_evidence", "verdict_sentences"]
 
@@ -123,7 +123,7 @@ def verdict_sentences(
             continue
         wins = int(round(float(row.bds) * n))
         drf_value = row.drf_median if thresholds.drf_statistic == "median" else row.drf_mean
-        share = f"{100 * float(drf_value):.0f}%"
+        share = percent(float(drf_value))
         sentence = (
             f"{verdict}: the {positive} beats the {negative} on {wins}/{n} perturbations "
             f"(BDS {float(row.bds):.2f}) and covers a {thresholds.drf_statistic} {share} of "

@@ -87,6 +87,7 @@ def report(
     correction: str | None = None,
     figures: bool = True,
     min_perturbations: int | None = None,
+    progress: bool | None = None,
 ) -> ScoreResult | AcrossDatasets:
     """Re-derive calibration, leaderboard and reports from stored results.
 
@@ -106,6 +107,8 @@ def report(
         Draw the report's figures.
     min_perturbations
         Override the stored fewest perturbations a protocol needs to be trusted.
+    progress
+        Show a bar over the figures (default: when stderr is a terminal).
 
     Returns
     -------
@@ -136,7 +139,7 @@ def report(
     if len(groups) == 1:
         result = _merged(runs, paths, settings)
         with staged_output(target) as folder:
-            result.write(folder, figures=figures)
+            result.write(folder, figures=figures, progress=progress)
         return result
     labelled: dict[str, ScoreResult] = {}
     for indices in groups.values():

@@ -336,7 +336,7 @@ def score(
     info["timings_seconds"] = {**timer.seconds, "total": time.time() - started}
     if out is not None:
         with staged_output(out) as folder:
-            result.write(folder, figures=figures)
+            result.write(folder, figures=figures, progress=progress)
     return result
 
 
