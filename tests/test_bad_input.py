@@ -823,7 +823,7 @@ CASES: list[tuple[str, list[str], str]] = [
     (
         "distances: unknown group",
         ["distances", "{data}", "--groupby", "perturbation", "--groups", "zz", "--out", "{out}"],
-        r"group 'zz'",
+        r"group\(s\) 'zz' have no cell in column 'perturbation'",
     ),
     # Cross-validation splits: drawing one, and reading the user's own.
     (
@@ -1273,6 +1273,19 @@ CASES: list[tuple[str, list[str], str]] = [
         "report into a file",
         ["report", "{bad}/tampered_seed_text", "--out", "{bad}/good.csv"],
         r"good\.csv is an existing file, not a folder",
+    ),
+    # distances: unknown --groups and --reference labels shown with the nearest label.
+    (
+        "distances: a --groups label with a trailing space",
+        ["distances", "{data}", "--groupby", "perturbation", "--groups", "control ,G10"]
+        + ["--out", "{out}"],
+        r"group\(s\) 'control ' \(nearest: 'control'\) have no cell in column 'perturbation'",
+    ),
+    (
+        "distances: a --reference label in the wrong case",
+        ["distances", "{data}", "--groupby", "perturbation", "--reference", "CONTROL"]
+        + ["--out", "{out}"],
+        r"--reference: group 'CONTROL' \(nearest: 'control'\) is not in 'perturbation'",
     ),
 ]
 
