@@ -106,8 +106,12 @@ class Context:
         for positions, block in self.dataset.iter_chunks():
             chunk = self._summarise(positions, block)
             # Combining with the empty statistics changes no value; skipping it
-            # spares several full-size temporaries when there is one chunk.
-            total = chunk if total is None else total.combine(chunk)
+            # spares several full-size temporaries when there is one chunk. Later
+            # chunks are folded in place: memory stays at the total plus one chunk.
+            if total is None:
+                total = chunk
+            else:
+                total.absorb(chunk)
             if self.progress is not None:
                 self.progress(positions.stop, self.dataset.n_cells)
         if total is None:

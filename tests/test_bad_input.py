@@ -859,7 +859,7 @@ CASES: list[tuple[str, list[str], str]] = [
     (
         "distances: unknown group",
         ["distances", "{data}", "--groupby", "perturbation", "--groups", "zz", "--out", "{out}"],
-        r"group 'zz'",
+        r"group\(s\) 'zz' have no cell in column 'perturbation'",
     ),
     # Cross-validation splits: drawing one, and reading the user's own.
     (
@@ -1381,6 +1381,18 @@ CASES: list[tuple[str, list[str], str]] = [
         "report: fold runs of the same fold",
         ["report", "{bad}/fold_run_a0", "{bad}/fold_run_a1", "--out", "{out}"],
         r"cannot merge .*fold_run_a1 with .*fold_run_a0: both scored fold '0' \(mse\)",
+    # distances: unknown --groups and --reference labels shown with the nearest label.
+    (
+        "distances: a --groups label with a trailing space",
+        ["distances", "{data}", "--groupby", "perturbation", "--groups", "control ,G10"]
+        + ["--out", "{out}"],
+        r"group\(s\) 'control ' \(nearest: 'control'\) have no cell in column 'perturbation'",
+    ),
+    (
+        "distances: a --reference label in the wrong case",
+        ["distances", "{data}", "--groupby", "perturbation", "--reference", "CONTROL"]
+        + ["--out", "{out}"],
+        r"--reference: group 'CONTROL' \(nearest: 'control'\) is not in 'perturbation'",
     ),
 ]
 

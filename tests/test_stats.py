@@ -125,6 +125,31 @@ def test_one_group_is_a_view_equal_to_selecting_it(index):
         stats.group(4)
 
 
+def test_absorb_folds_chunks_like_combine_bit_for_bit():
+    rng = np.random.default_rng(7)
+    values = random_matrix(rng, 90, 6)
+    # Group 3 has no cells at all and group 2 none in the first chunk.
+    codes = rng.integers(0, 3, 90)
+    codes[:30][codes[:30] == 2] = 0
+    bounds = [(0, 30), (30, 55), (55, 90)]
+    chunks = [GroupStats.from_chunk(values[a:b], codes[a:b], 4) for a, b in bounds]
+    combined = chunks[0]
+    for chunk in chunks[1:]:
+        combined = combined.combine(chunk)
+    fresh = [GroupStats.from_chunk(values[a:b], codes[a:b], 4) for a, b in bounds]
+    folded = fresh[0]
+    for chunk in fresh[1:]:
+        folded.absorb(chunk)
+    for name in ("n", "mean", "m2"):
+        np.testing.assert_array_equal(getattr(folded, name), getattr(combined, name))
+    n, mean, var = reference_stats(values, codes, 4)
+    np.testing.assert_array_equal(folded.n, n)
+    np.testing.assert_allclose(folded.mean, mean, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(folded.variance(), var, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="cannot combine"):
+        GroupStats.empty(2, 3).absorb(GroupStats.empty(2, 4))
+
+
 def test_combine_rejects_shape_mismatch():
     with pytest.raises(ValueError, match="cannot combine"):
         GroupStats.empty(2, 3).combine(GroupStats.empty(2, 4))

@@ -66,8 +66,8 @@ def _storages(values: np.ndarray) -> dict[str, object]:
     }
 
 
-def _results(data, **options) -> tuple[pd.DataFrame, pd.DataFrame]:
-    result = calibrate(data, "default", sample_cells=SAMPLE, seed=3, **options)
+def _results(data, suite: str = "default", **options) -> tuple[pd.DataFrame, pd.DataFrame]:
+    result = calibrate(data, suite, sample_cells=SAMPLE, seed=3, **options)
     order = ["covariate", "perturbation", "protocol", "source"]
     results = result.results.sort_values(order).reset_index(drop=True)
     return results, result.calibration.reset_index(drop=True)
@@ -159,6 +159,18 @@ def test_default_suite_is_the_same_bits_in_every_storage(simulated, reference, s
     results, calibration = _results(stored)
     _assert_same_bits(reference[0], results, storage)
     _assert_same_bits(reference[1], calibration, f"{storage} calibration")
+
+
+def test_cell_eval_suite_is_the_same_bits_dense_and_csr(simulated):
+    adata, _ = simulated
+    runs = {}
+    for storage in ("csr", "dense"):
+        stored = adata.copy()
+        stored.X = _storages(np.asarray(adata.X))[storage]
+        runs[storage] = _results(stored, "cell_eval")
+    assert {"overlap_at_N", "roc_auc"} <= set(runs["csr"][0]["protocol"])
+    _assert_same_bits(runs["csr"][0], runs["dense"][0], "cell_eval dense")
+    _assert_same_bits(runs["csr"][1], runs["dense"][1], "cell_eval dense calibration")
 
 
 @pytest.mark.parametrize("backed", [True, False])

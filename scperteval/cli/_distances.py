@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from scperteval.cli._options import add_subset_option, parse_subset
+from scperteval.data.labels import unmatched_listing
 from scperteval.errors import DatasetError, SpecError
 
 FORMATS = ("csv", "parquet")
@@ -121,10 +122,8 @@ def _check_data(adata: Any, args: argparse.Namespace, subset: dict[str, Any]) ->
             )
     labels = sorted(set(adata.obs[args.groupby].astype(str)))
     if args.reference is not None and args.reference not in labels:
-        hint = did_you_mean(args.reference, labels)
-        raise DatasetError(
-            f"--reference: group {args.reference!r} is not in {args.groupby!r}{hint}"
-        )
+        shown = unmatched_listing([args.reference], labels)
+        raise DatasetError(f"--reference: group {shown} is not in {args.groupby!r}")
     if args.layer is not None and args.layer not in adata.layers:
         raise DatasetError(f"--layer: layer {args.layer!r} is not in the file")
     if args.obsm_key is not None and args.obsm_key not in adata.obsm:

@@ -21,6 +21,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from scperteval.data.dataset import normalize_log1p
+from scperteval.data.labels import unmatched_listing
 from scperteval.engine.spaces import parse_cells_space, principal_axes, top_indices
 from scperteval.errors import DatasetError, SpecError
 from scperteval.registry import did_you_mean
@@ -221,8 +222,8 @@ def group_cells(
         present = set(selected_labels.tolist())
         missing = [g for g in wanted if g not in present]
         if missing:
-            hint = did_you_mean(missing[0], sorted(present))
-            raise DatasetError(f"group {missing[0]!r} has no cell in column {groupby!r}{hint}")
+            shown = unmatched_listing(missing, sorted(map(str, present)))
+            raise DatasetError(f"group(s) {shown} have no cell in column {groupby!r}")
         keep = np.isin(selected_labels, wanted)
         rows, covariates, selected_labels = rows[keep], covariates[keep], selected_labels[keep]
     if obsm_key is not None:

@@ -100,7 +100,10 @@ class FeatureMap:
         if self.genes is not None:
             block = rows[:, self.genes]
             dense = block.toarray() if sp.issparse(block) else np.asarray(block)
-            return np.asarray(dense, dtype=np.float64)
+            # Row-major whatever the rows' layout (selecting columns of a dense
+            # array may give column-major): products and reductions of the result
+            # then round the same way for every storage.
+            return np.ascontiguousarray(dense, dtype=np.float64)
         assert self.components is not None
         projected = _project(rows, self._contiguous_components)
         if not is_delta and self.offset is not None:

@@ -83,8 +83,7 @@ def _population_cells(
     Cells of the group's perturbed sample are cut from the sample's matrix in the
     space (kept for a shared space): a row of a gene selection, or of the product
     of sparse rows with a projection, depends only on its cell, so the values are
-    those of the cells' own rows. (A dense product may round a row differently
-    with other rows around it, so dense data is projected from the cells' rows.)
+    those of the cells' own rows.
     """
     if source.rows is not None:
         return space.matrix(source.rows)

@@ -11,6 +11,8 @@ change of the back-transformed geometric means): a :class:`ControlDE`. A gene is
 - a log2 fold change of ``0/0`` is 0; infinite fold changes (a gene absent from one
   side) are kept and rank above every finite one;
 - genes tied in ``|log2 fold change|`` keep their gene order (an ordinal rank);
+- every ranking compares :func:`~scperteval.stats.ranking.ranking_keys` of the scores,
+  as the default suite does, so that its order is a function of the numbers alone;
 - a perturbation without truth DEGs scores 0 on the overlap and precision metrics, NaN
   on the AUCs, and has no value (:class:`~scperteval.metrics.DegenerateInput`) on the
   direction, Spearman and recall metrics, which cell-eval leaves out of its table.
@@ -31,6 +33,7 @@ import numpy.typing as npt
 from scperteval.metrics._registry import METRICS
 from scperteval.metrics.common import DegenerateInput
 from scperteval.metrics.metric_context import DatasetContext, PerturbationContext
+from scperteval.stats.ranking import ranking_keys
 
 __all__ = [
     "ControlDE",
@@ -181,7 +184,7 @@ def top_significant(view: ControlDE, alpha: float = 0.05) -> npt.NDArray[np.intp
     """
     genes = np.flatnonzero(view.significant(alpha))
     magnitude = np.abs(view.log2_fold_change[genes]).astype(np.float64)
-    magnitude = np.where(np.isnan(magnitude), np.inf, magnitude)
+    magnitude = ranking_keys(np.where(np.isnan(magnitude), np.inf, magnitude))
     # -inf sorts first; a stable sort keeps gene order among ties.
     return genes[np.argsort(-magnitude, kind="stable")]
 
@@ -281,7 +284,7 @@ def _auc_inputs(gt: ControlDE, pred: ControlDE) -> tuple[npt.NDArray[np.bool_], 
     fdr = np.where(np.isnan(pred.fdr), np.float32(1.0), pred.fdr)
     fdr = np.clip(fdr, np.float32(FDR_FLOOR), np.float32(1.0))
     # -log10 at float32, as cell-eval computes it on its float32 column.
-    return labels, (-np.log10(fdr)).astype(np.float64)
+    return labels, ranking_keys((-np.log10(fdr)).astype(np.float64))
 
 
 @_register(
@@ -414,7 +417,9 @@ def _spearman(x: Float64Array, y: Float64Array) -> float:
     from scipy import stats
 
     # Average ranks; a NaN (never produced by the DE step) ranks with +inf.
-    return _correlation(*(stats.rankdata(np.where(np.isnan(v), np.inf, v)) for v in (x, y)))
+    return _correlation(
+        *(stats.rankdata(ranking_keys(np.where(np.isnan(v), np.inf, v))) for v in (x, y))
+    )
 
 
 def _correlation(x: Float64Array, y: Float64Array) -> float:

@@ -150,6 +150,37 @@ class GroupStats:
         m2 += delta
         return GroupStats(n=n, mean=mean, m2=m2)
 
+    def absorb(self, other: GroupStats) -> None:
+        """Merge ``other`` into these statistics in place; ``other`` is consumed.
+
+        The values are those of :meth:`combine`, bit for bit (the same operations
+        in the same order), without its full-size temporaries: folding many chunks
+        into a running total then needs no memory beyond the total and one chunk.
+
+        Parameters
+        ----------
+        other
+            Statistics of a disjoint set of cells. Its ``mean`` and ``m2`` arrays
+            are overwritten (used as scratch space); do not use it afterwards.
+
+        """
+        if self.mean.shape != other.mean.shape:
+            raise ValueError(f"cannot combine shapes {self.mean.shape} and {other.mean.shape}")
+        n = self.n + other.n
+        safe_n = np.where(n > 0, n, 1.0)[:, None]
+        weight_other = (other.n[:, None]) / safe_n
+        mean, m2 = self.mean, self.m2
+        delta = other.mean
+        delta -= mean
+        m2 += other.m2
+        squared = other.m2
+        np.multiply(delta, delta, out=squared)
+        squared *= self.n[:, None] * weight_other
+        m2 += squared
+        delta *= weight_other
+        mean += delta
+        self.n[:] = n
+
     def __add__(self, other: GroupStats) -> GroupStats:
         return self.combine(other)
 
