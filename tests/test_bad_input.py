@@ -1381,6 +1381,7 @@ CASES: list[tuple[str, list[str], str]] = [
         "report: fold runs of the same fold",
         ["report", "{bad}/fold_run_a0", "{bad}/fold_run_a1", "--out", "{out}"],
         r"cannot merge .*fold_run_a1 with .*fold_run_a0: both scored fold '0' \(mse\)",
+    ),
     # distances: unknown --groups and --reference labels shown with the nearest label.
     (
         "distances: a --groups label with a trailing space",
