@@ -385,7 +385,11 @@ def test_every_distance_is_registered_under_pertpys_names() -> None:
         (lambda a: pairwise(a, "g", "mmd(bandwidth=-1.0)"), SpecError, "bandwidth"),
         (lambda a: pairwise(a, "nope"), DatasetError, "groupby column 'nope'"),
         (lambda a: onesided(a, "g", "control"), DatasetError, "reference group 'control'"),
-        (lambda a: pairwise(a, "g", groups=["p9"]), DatasetError, "group 'p9'"),
+        (
+            lambda a: pairwise(a, "g", groups=["p9"]),
+            DatasetError,
+            r"group\(s\) 'p9' have no cell in column 'g'",
+        ),
         (lambda a: pairwise(a, "g", obsm_key="X_umap"), DatasetError, "X_umap"),
         (lambda a: pairwise(a, "g", obsm_key="X_pca", space="pca"), SpecError, "not both"),
         (lambda a: pairwise(a, "g", space="tsne"), SpecError, "unknown space"),
