@@ -105,15 +105,14 @@ def matrix_only(adata: Any, layer: str | None) -> StoredAnnData:
 def csr_row_view(matrix: sp.csr_matrix, start: int, stop: int) -> sp.csr_matrix:
     """Rows ``start:stop`` of a CSR matrix as a view of its arrays (no copy of the data)."""
     begin, end = int(matrix.indptr[start]), int(matrix.indptr[stop])
-    return sp.csr_matrix(
-        (
-            matrix.data[begin:end],
-            matrix.indices[begin:end],
-            matrix.indptr[start : stop + 1] - begin,
-        ),
-        shape=(stop - start, matrix.shape[1]),
-        copy=False,
-    )
+    # The arrays are attached after construction: scipy's constructor copies a
+    # slice smaller than half of the array it views (to free the large one), which
+    # would copy every chunk of a matrix held in memory.
+    view = sp.csr_matrix((stop - start, matrix.shape[1]), dtype=matrix.dtype)
+    view.indptr = matrix.indptr[start : stop + 1] - matrix.indptr.dtype.type(begin)
+    view.indices = matrix.indices[begin:end]
+    view.data = matrix.data[begin:end]
+    return view
 
 
 def as_rows(matrix: Any) -> Any:
