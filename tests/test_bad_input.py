@@ -65,6 +65,7 @@ def bad_files(small_path) -> Path:
     (folder / "empty.toml").write_text('description = "no protocols"\n')
     (folder / "binary.toml").write_bytes(bytes(range(256)))
     (folder / "a_file").write_text("not a folder")
+    (folder / "store.zarr").mkdir()
 
     calibrated = folder / "calibrate_run"
     calibrated.mkdir()
@@ -141,6 +142,8 @@ def _write_bad_splits(folder: Path, labels: list[str]) -> None:
         "one_fold": {"perturbation": labels, "fold": ["0"] * len(labels)},
         "role": {"perturbation": labels, "role": ["train", "training", "test", "val"]},
         "columns": {"gene": labels, "fold": folds},
+        "header_only": {"perturbation": [], "fold": []},
+        "covariate": {"covariate": ["K562"] * len(labels), "perturbation": labels, "fold": folds},
     }
     for name, columns in tables.items():
         pd.DataFrame(columns).to_csv(folder / f"split_{name}.csv", index=False)
@@ -1394,6 +1397,27 @@ CASES: list[tuple[str, list[str], str]] = [
         ["distances", "{data}", "--groupby", "perturbation", "--reference", "CONTROL"]
         + ["--out", "{out}"],
         r"--reference: group 'CONTROL' \(nearest: 'control'\) is not in 'perturbation'",
+    ),
+    # Split tables without rows, or with a covariate the data does not have; folders as files.
+    (
+        "split table with a header and no row",
+        ["split", "{data}", "--from", "{bad}/split_header_only.csv", "--out", "{out}.csv"],
+        r"split_header_only\.csv: the table has columns but no row",
+    ),
+    (
+        "split with a covariate column for data without a covariate",
+        ["split", "{data}", "--from", "{bad}/split_covariate.csv", "--out", "{out}.csv"],
+        r"has a covariate column but the data has no covariate; name its column",
+    ),
+    (
+        "a folder given as the .h5ad",
+        ["calibrate", "{bad}", "-p", "mse", "--out", "{out}"],
+        r"bad_files: is a folder, not an \.h5ad file",
+    ),
+    (
+        "a .zarr store given as the data",
+        ["calibrate", "{bad}/store.zarr", "-p", "mse", "--out", "{out}"],
+        r"store\.zarr: is a folder, not an \.h5ad file; read the store with anndata\.read_zarr",
     ),
 ]
 

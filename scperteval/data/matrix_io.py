@@ -70,6 +70,10 @@ def open_data(data: Any, backed: bool | str) -> Any:
     path = Path(data)
     if not path.exists():
         raise DatasetError(f"{path}: file not found")
+    if path.is_dir():
+        zarr = path.suffix.lower() == ".zarr"
+        hint = "; read the store with anndata.read_zarr and save it with write_h5ad" if zarr else ""
+        raise DatasetError(f"{path}: is a folder, not an .h5ad file{hint}")
     if backed not in (True, False, "auto"):
         raise DatasetError(f"backed must be True, False or 'auto', got {backed!r}")
     try:

@@ -157,6 +157,10 @@ def _split_of(frame: pd.DataFrame, dataset: Dataset, origin: str) -> Split:
             f"split {origin}: no {lacking} column (columns: {', '.join(columns) or 'none'}); "
             "a split table has columns perturbation and fold (or role), optionally covariate"
         )
+    if frame.empty:
+        raise SpecError(
+            f"split {origin}: the table has columns but no row; one row per perturbation"
+        )
     wanted = ["covariate"] * ("covariate" in columns) + ["perturbation", *layout]
     table = frame[wanted]
     for column in wanted:
@@ -204,6 +208,12 @@ def _with_covariates(table: pd.DataFrame, dataset: Dataset, origin: str) -> pd.D
         ]
         table = table[~unknown_rows].explode("covariate")
     else:
+        if dataset.covariate_key is None:
+            raise SpecError(
+                f"split {origin}: the table has a covariate column but the data has no "
+                "covariate; name its column (--covariate-key, covariate_key=...) or drop "
+                "the table's covariate column"
+            )
         pairs = list(zip(table["covariate"], table["perturbation"], strict=True))
         unknown = [pair for pair in dict.fromkeys(pairs) if pair not in known]
     if unknown:
