@@ -214,3 +214,49 @@ def test_an_integer_prediction_is_still_refused():
 
     with pytest.raises(TypeError, match="pred must be a floating-point tensor"):
         weighted_mse_loss(torch.tensor([1, 2]), torch.tensor([1.0, 2.0]), torch.tensor([1, 1]))
+
+
+#: Options of ``score`` of the wrong type or value: (case, keyword arguments, pattern).
+SCORE_OPTION_CASES = [
+    ("thresholds of an unknown key", {"thresholds": {"bds_minimum": 0.5}}, r"unknown key"),
+    ("thresholds as a number", {"thresholds": 0.5}, r"thresholds must be a scperteval"),
+    ("an unknown aggregate", {"aggregate": "mode"}, r"aggregate must be 'mean' or 'median'"),
+    ("an unknown correction", {"correction": "sidak"}, r"correction must be 'bonferroni'"),
+    ("a sample of no cells", {"sample_cells": 0}, r"sample_cells must be a whole number"),
+    ("a fractional sample", {"sample_cells": 10.5}, r"got 10\.5"),
+    ("figures as a word", {"figures": "no"}, r"figures must be True or False, got 'no'"),
+    ("progress as a word", {"progress": "no"}, r"progress must be None, True or False"),
+    ("baselines as a number", {"baselines": 3}, r"baselines must be True, False, a baseline"),
+    ("an output folder as a number", {"out": 5}, r"out must be a folder path"),
+]
+
+
+@pytest.mark.parametrize(
+    ("options", "pattern"),
+    [pytest.param(options, pattern, id=case) for case, options, pattern in SCORE_OPTION_CASES],
+)
+def test_score_refuses_an_option_of_the_wrong_type(small, options, pattern, tmp_path):
+    import scperteval
+
+    path, table = small
+    options = {"progress": False, **options}
+    with pytest.raises(SpecError, match=pattern):
+        scperteval.score(path, {"m": table}, protocols="mse", **options)
+
+
+def test_thresholds_given_as_a_mapping_judge_as_the_same_thresholds(small):
+    import scperteval
+    from scperteval import Thresholds
+
+    path, _ = small
+    short = scperteval.calibrate(path, protocols="mse", thresholds={"bds": 0.9, "drf": 0.5})
+    full = scperteval.calibrate(path, protocols="mse", thresholds=Thresholds(0.9, 0.5))
+    assert short.thresholds == full.thresholds == Thresholds(bds_min=0.9, drf_min=0.5)
+    pd.testing.assert_frame_equal(short.calibration, full.calibration)
+
+
+def test_calibrate_refuses_a_sample_of_one_cell(small):
+    import scperteval
+
+    with pytest.raises(SpecError, match=r"sample_cells must be a whole number of at least 2"):
+        scperteval.calibrate(small[0], protocols="energy_pca", sample_cells=1)

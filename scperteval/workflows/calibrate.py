@@ -21,6 +21,7 @@ from scperteval.scoring.trust import MIN_PERTURBATIONS, apply_evidence
 from scperteval.scoring.verdict_changes import verdict_change_lines, verdict_changes
 from scperteval.splits.reading import read_split
 from scperteval.splits.table import split_record
+from scperteval.workflows.option_types import as_thresholds, check_option_types
 from scperteval.workflows.split_scoring import unsplit_twin
 from scperteval.workflows.steps import (
     check_job_options,
@@ -200,9 +201,10 @@ def calibrate(
         computed on the cluster's workers, with identical results (see
         :doc:`/distributed`).
     thresholds
-        Trust thresholds (default BDS >= 0.75 and median DRF >= 0.2).
+        Trust thresholds (default BDS >= 0.75 and median DRF >= 0.2): a
+        :class:`~scperteval.Thresholds` or a mapping of its fields.
     sample_cells
-        Cap on the perturbed-cell and control-cell samples.
+        Cap on the perturbed-cell and control-cell samples (at least 2).
     max_population_cells
         Cells each population protocol (energy distance, MMD, Sinkhorn) uses of each
         population at most (default 2000), drawn by a rule seeded by ``seed`` and the
@@ -249,9 +251,10 @@ def calibrate(
         Tables of per-perturbation values and calibration.
 
     """
+    check_option_types(out=out, sample_cells=sample_cells, progress=progress)
     timer = Timer()
     started = time.time()
-    thresholds = thresholds or Thresholds()
+    thresholds = as_thresholds(thresholds)
     if isinstance(min_perturbations, bool) or not isinstance(min_perturbations, int):
         raise SpecError(f"min_perturbations must be a whole number, got {min_perturbations!r}")
     if min_perturbations < 1:

@@ -24,6 +24,7 @@ from scperteval.scoring.split_predictions import load_split_predictions
 from scperteval.scoring.trust import MIN_PERTURBATIONS
 from scperteval.scoring.vcc import has_challenge_terms
 from scperteval.splits.reading import read_split
+from scperteval.workflows.option_types import as_thresholds, check_option_types
 from scperteval.workflows.split_scoring import (
     criterion_protocols,
     criterion_record,
@@ -122,7 +123,8 @@ def score(
         ``median`` (default, robust to the unbounded calibrated scores of a
         perturbation whose controls are close) or ``mean`` over perturbations.
     thresholds
-        When a protocol is trusted (default BDS >= 0.75, median DRF >= 0.2).
+        When a protocol is trusted (default BDS >= 0.75, median DRF >= 0.2): a
+        :class:`~scperteval.Thresholds` or a mapping of its fields.
     correction
         ``bonferroni`` (default) or ``bh`` for the paired tests.
     min_perturbations
@@ -180,9 +182,18 @@ def score(
         Results, calibration, aggregates, tests and the leaderboard.
 
     """
+    check_option_types(
+        out=out,
+        sample_cells=sample_cells,
+        figures=figures,
+        progress=progress,
+        baselines=baselines,
+        aggregate=aggregate,
+        correction=correction,
+    )
     timer = Timer()
     started = time.time()
-    thresholds = thresholds or Thresholds()
+    thresholds = as_thresholds(thresholds)
     if truth not in TRUTH_MODES:
         raise SpecError(f"truth must be 'half' or 'all', got {truth!r}")
     if control not in CONTROL_MODES:

@@ -1,0 +1,119 @@
+"""Types of the Python API's options, checked before any data is read.
+
+The command line parses its options into the right types; a Python caller can pass
+anything. These checks turn a value of the wrong type into one
+:class:`~scperteval.errors.SpecError` naming the option and the expected type,
+where it would otherwise fail deep inside the run (or, for a flag, be read by
+its truth value: ``figures="no"`` is true).
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from scperteval.engine.calibrators import Thresholds
+from scperteval.errors import SpecError
+
+__all__ = ["check_option_types", "as_thresholds"]
+
+#: The fewest cells a seeded cell sample (PCA fit, cell-level controls) may hold.
+MIN_SAMPLE_CELLS = 2
+
+
+def as_thresholds(thresholds: Any) -> Thresholds:
+    """The trust thresholds from ``None``, a :class:`Thresholds` or a mapping of its fields.
+
+    Parameters
+    ----------
+    thresholds
+        ``None`` (the defaults), a :class:`~scperteval.engine.calibrators.Thresholds`,
+        or a mapping such as ``{"bds_min": 0.8, "drf_min": 0.3}`` (the short
+        names ``bds``, ``drf`` and ``statistic`` of ``--thresholds`` as well).
+
+    Returns
+    -------
+    Thresholds
+        The thresholds to judge protocols by.
+
+    Raises
+    ------
+    SpecError
+        For another type, or a mapping with a key that is not a field.
+
+    """
+    if thresholds is None:
+        return Thresholds()
+    if isinstance(thresholds, Thresholds):
+        return thresholds
+    if isinstance(thresholds, Mapping):
+        # The short names of the command line's --thresholds are accepted too.
+        aliases = {"bds": "bds_min", "drf": "drf_min", "statistic": "drf_statistic"}
+        fields = ("bds_min", "drf_min", "drf_statistic")
+        named = {aliases.get(str(key), str(key)): value for key, value in thresholds.items()}
+        unknown = [key for key in named if key not in fields]
+        if unknown:
+            raise SpecError(
+                f"thresholds: unknown key {unknown[0]!r}; the keys are {', '.join(fields)} "
+                "(or bds, drf, statistic)"
+            )
+        return Thresholds(**named)
+    raise SpecError(
+        "thresholds must be a scperteval.Thresholds or a mapping of bds_min, drf_min "
+        f"and drf_statistic, got {type(thresholds).__name__}"
+    )
+
+
+def check_option_types(**options: Any) -> None:
+    """Refuse an option of the wrong type, naming it and the type expected.
+
+    Parameters
+    ----------
+    **options
+        Any of ``out`` (``None``, a string or a path), ``sample_cells`` (a whole
+        number of at least 2), ``figures`` (``True`` or ``False``), ``progress``
+        (``None``, ``True`` or ``False``), ``baselines`` (``True``, ``False``, a
+        name or a list of names), ``aggregate`` (``"mean"`` or ``"median"``) and
+        ``correction`` (``"bonferroni"`` or ``"bh"``).
+
+    Raises
+    ------
+    SpecError
+        Naming the first option of the wrong type or value.
+
+    """
+    out = options.get("out")
+    if out is not None and not isinstance(out, (str, os.PathLike)):
+        raise SpecError(f"out must be a folder path (str or Path), got {type(out).__name__}")
+    if "sample_cells" in options:
+        cells = options["sample_cells"]
+        whole = isinstance(cells, numbers.Integral) and not isinstance(cells, bool)
+        if not whole or cells < MIN_SAMPLE_CELLS:
+            raise SpecError(
+                f"sample_cells must be a whole number of at least {MIN_SAMPLE_CELLS}, "
+                f"got {cells!r}"
+            )
+    for flag, allow_none in (("figures", False), ("progress", True)):
+        if flag in options:
+            value = options[flag]
+            if not (isinstance(value, bool) or (allow_none and value is None)):
+                expected = "None, True or False" if allow_none else "True or False"
+                raise SpecError(f"{flag} must be {expected}, got {value!r}")
+    if "baselines" in options:
+        baselines = options["baselines"]
+        names = [baselines] if isinstance(baselines, str) else baselines
+        if not isinstance(baselines, bool) and not (
+            isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)
+        ):
+            raise SpecError(
+                "baselines must be True, False, a baseline name or a list of names, "
+                f"got {baselines!r}"
+            )
+    choices_of = {"aggregate": ("mean", "median"), "correction": ("bonferroni", "bh")}
+    for option, choices in choices_of.items():
+        if option in options and options[option] not in choices:
+            raise SpecError(
+                f"{option} must be {' or '.join(map(repr, choices))}, got {options[option]!r}"
+            )
