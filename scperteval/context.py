@@ -39,7 +39,8 @@ class Context:
     Parameters
     ----------
     dataset
-        The validated dataset.
+        The validated dataset; anything else :func:`~scperteval.data.load.load_dataset`
+        reads (an AnnData, a path to an ``.h5ad`` file) is read with its defaults.
     seed
         Seed of every random choice (truth halves, samples).
     de_method
@@ -60,7 +61,7 @@ class Context:
 
     def __init__(
         self,
-        dataset: Dataset,
+        dataset: Dataset | Any,
         seed: int = 0,
         de_method: str = "t-test",
         deg_threshold: float = 0.05,
@@ -69,6 +70,10 @@ class Context:
         threads: Threads | None = None,
     ) -> None:
         DE_METHODS.get(de_method)
+        if not isinstance(dataset, Dataset):
+            from scperteval.data.load import load_dataset
+
+            dataset = load_dataset(dataset)
         self.dataset = dataset
         self.seed = int(seed)
         self.de_method = de_method

@@ -260,3 +260,66 @@ def test_calibrate_refuses_a_sample_of_one_cell(small):
 
     with pytest.raises(SpecError, match=r"sample_cells must be a whole number of at least 2"):
         scperteval.calibrate(small[0], protocols="energy_pca", sample_cells=1)
+
+
+def test_de_refuses_a_wrong_reference_before_reading_the_data(tmp_path):
+    import scperteval
+
+    # The path does not exist: a refusal naming the reference shows it came first.
+    with pytest.raises(SpecError, match=r"unknown reference 'ctrl'; valid: rest, control"):
+        scperteval.de(tmp_path / "absent.h5ad", reference="ctrl")
+    with pytest.raises(SpecError, match=r"progress must be None, True or False"):
+        scperteval.de(tmp_path / "absent.h5ad", progress="yes")
+
+
+@pytest.fixture(scope="module")
+def stored_run(small, tmp_path_factory) -> Path:
+    import scperteval
+
+    path, table = small
+    folder = tmp_path_factory.mktemp("stored") / "run"
+    scperteval.score(path, {"m": table}, protocols="mse", out=folder, progress=False)
+    return folder
+
+
+REPORT_OPTION_CASES = [
+    ("folders as a number", {"folders": 5}, r"folders must be a results folder"),
+    ("an unknown aggregate", {"aggregate": "mode"}, r"aggregate must be 'mean' or 'median'"),
+    ("an unknown correction", {"correction": "x"}, r"correction must be 'bonferroni' or 'bh'"),
+    ("figures as a word", {"figures": "no"}, r"figures must be True or False"),
+    ("no perturbation needed", {"min_perturbations": 0}, r"whole number of at least 1, got 0"),
+    ("perturbations as text", {"min_perturbations": "3"}, r"at least 1, got '3'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("options", "pattern"),
+    [pytest.param(options, pattern, id=case) for case, options, pattern in REPORT_OPTION_CASES],
+)
+def test_report_refuses_an_option_of_the_wrong_type(stored_run, options, pattern):
+    import scperteval
+
+    options = {"folders": stored_run, "progress": False, **options}
+    with pytest.raises(SpecError, match=pattern):
+        scperteval.report(**options)
+
+
+def test_report_thresholds_as_a_mapping_equal_the_thresholds_object(stored_run, tmp_path):
+    import scperteval
+    from scperteval import Thresholds
+
+    mapped = scperteval.report(stored_run, out=tmp_path / "a", thresholds={"bds": 0.5})
+    typed = scperteval.report(stored_run, out=tmp_path / "b", thresholds=Thresholds(bds_min=0.5))
+    pd.testing.assert_frame_equal(mapped.calibration, typed.calibration)
+    assert mapped.thresholds == Thresholds(bds_min=0.5)
+
+
+def test_a_context_reads_a_path_as_load_dataset_does(small, tmp_path):
+    import scperteval
+
+    path, _ = small
+    context = scperteval.Context(path)
+    expected = scperteval.Context(scperteval.load_dataset(path))
+    np.testing.assert_array_equal(context.centroids(), expected.centroids())
+    with pytest.raises(DatasetError, match=r"absent\.h5ad: file not found"):
+        scperteval.Context(tmp_path / "absent.h5ad")

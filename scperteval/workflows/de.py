@@ -9,10 +9,14 @@ from typing import Any, Unpack
 import pandas as pd
 
 from scperteval.context import Context
+from scperteval.data.layout import HALVES
 from scperteval.data.load import DatasetOptions
+from scperteval.errors import SpecError
 from scperteval.outputs import staged_output
 from scperteval.progress import cell_progress, progress_bar
 from scperteval.runinfo import Timer, write_atomic, write_run_json
+from scperteval.stats.diffexp import REFERENCES
+from scperteval.workflows.option_types import check_option_types
 from scperteval.workflows.steps import check_run_options, load_and_hash
 
 __all__ = ["de"]
@@ -73,6 +77,10 @@ def de(
     """
     timer = Timer()
     started = time.time()
+    check_option_types(out=out, progress=progress)
+    for what, value, choices in (("reference", reference, REFERENCES), ("half", half, HALVES)):
+        if value not in choices:
+            raise SpecError(f"unknown {what} {value!r}; valid: {', '.join(choices)}")
     check_run_options(out=out, seed=seed, de_method=method)
     dataset, checksum = load_and_hash(data, timer, dataset_options, checksum=out is not None)
     with progress_bar("group statistics", dataset.n_cells, progress) as bar:

@@ -76,7 +76,10 @@ def check_option_types(**options: Any) -> None:
         number of at least 2), ``figures`` (``True`` or ``False``), ``progress``
         (``None``, ``True`` or ``False``), ``baselines`` (``True``, ``False``, a
         name or a list of names), ``aggregate`` (``"mean"`` or ``"median"``) and
-        ``correction`` (``"bonferroni"`` or ``"bh"``).
+        ``correction`` (``"bonferroni"`` or ``"bh"``), ``min_perturbations`` (a
+        whole number of at least 1) and ``folders`` (a folder or a list of them).
+        ``None`` passes for ``aggregate``, ``correction`` and ``min_perturbations``
+        (the stored run's choice).
 
     Raises
     ------
@@ -92,8 +95,7 @@ def check_option_types(**options: Any) -> None:
         whole = isinstance(cells, numbers.Integral) and not isinstance(cells, bool)
         if not whole or cells < MIN_SAMPLE_CELLS:
             raise SpecError(
-                f"sample_cells must be a whole number of at least {MIN_SAMPLE_CELLS}, "
-                f"got {cells!r}"
+                f"sample_cells must be a whole number of at least {MIN_SAMPLE_CELLS}, got {cells!r}"
             )
     for flag, allow_none in (("figures", False), ("progress", True)):
         if flag in options:
@@ -113,7 +115,19 @@ def check_option_types(**options: Any) -> None:
             )
     choices_of = {"aggregate": ("mean", "median"), "correction": ("bonferroni", "bh")}
     for option, choices in choices_of.items():
-        if option in options and options[option] not in choices:
+        if options.get(option) is not None and options[option] not in choices:
             raise SpecError(
                 f"{option} must be {' or '.join(map(repr, choices))}, got {options[option]!r}"
             )
+    least = options.get("min_perturbations")
+    if least is not None and (
+        isinstance(least, bool) or not isinstance(least, numbers.Integral) or least < 1
+    ):
+        raise SpecError(f"min_perturbations must be a whole number of at least 1, got {least!r}")
+    if "folders" in options:
+        folders = options["folders"]
+        listed = [folders] if isinstance(folders, (str, os.PathLike)) else folders
+        if not isinstance(listed, (list, tuple)) or not all(
+            isinstance(folder, (str, os.PathLike)) for folder in listed
+        ):
+            raise SpecError(f"folders must be a results folder or a list of them, got {folders!r}")

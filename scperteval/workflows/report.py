@@ -33,6 +33,7 @@ from scperteval.scoring.folds import FOLD_COLUMN, fold_scores, fold_summary
 from scperteval.scoring.mean_ratio import mean_ratio_table
 from scperteval.scoring.result import PROTOCOL_FILE, RESULT_FILE, RUN_FILE, ScoreResult
 from scperteval.scoring.trust import MIN_PERTURBATIONS
+from scperteval.workflows.option_types import as_thresholds, check_option_types
 from scperteval.workflows.stored_run import check_stored_run
 
 __all__ = ["report"]
@@ -117,11 +118,20 @@ def report(
         the summary (each dataset's re-derived result in its ``results``).
 
     """
+    check_option_types(
+        folders=folders,
+        out=out,
+        figures=figures,
+        progress=progress,
+        aggregate=aggregate,
+        correction=correction,
+        min_perturbations=min_perturbations,
+    )
+    if thresholds is not None:
+        thresholds = as_thresholds(thresholds)
     paths = [Path(folders)] if isinstance(folders, (str, Path)) else [Path(f) for f in folders]
     if not paths:
         raise SpecError("give at least one results folder")
-    if min_perturbations is not None and min_perturbations < 1:
-        raise SpecError(f"min_perturbations must be at least 1, got {min_perturbations}")
     target = Path(out) if out is not None else (paths[0] if len(paths) == 1 else None)
     if target is None:
         raise SpecError("merging several runs needs an output folder (out=...)")
