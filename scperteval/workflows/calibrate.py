@@ -22,7 +22,6 @@ from scperteval.scoring.verdict_changes import verdict_change_lines, verdict_cha
 from scperteval.splits.reading import read_split
 from scperteval.splits.table import split_record
 from scperteval.workflows.option_types import as_thresholds, check_option_types
-from scperteval.workflows.split_scoring import unsplit_twin
 from scperteval.workflows.steps import (
     check_job_options,
     open_engine,
@@ -279,6 +278,9 @@ def calibrate(
     unsplit = None
     if split is not None:
         # The twin is made before the split is set, and shares the context.
+        # Imported here: scoring under a split needs scipy.stats, a plain run does not.
+        from scperteval.workflows.split_scoring import unsplit_twin
+
         unsplit = unsplit_twin(engine)
         engine.use_split(read_split(split, engine.context.dataset))
     results = run_protocol_tasks(
