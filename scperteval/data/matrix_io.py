@@ -79,7 +79,10 @@ def open_data(data: Any, backed: bool | str) -> Any:
     try:
         return open_h5ad(path, backed)
     except Exception as exc:  # noqa: BLE001 - any reader failure means unreadable input
-        raise DatasetError(f"{path}: cannot read as .h5ad ({type(exc).__name__}: {exc})") from None
+        # HDF5's messages run over several lines; the first names the problem.
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        kind = type(exc).__name__
+        raise DatasetError(f"{path}: cannot read as .h5ad ({kind}: {reason})") from None
 
 
 def matrix_only(adata: Any, layer: str | None) -> StoredAnnData:
