@@ -1419,6 +1419,19 @@ CASES: list[tuple[str, list[str], str]] = [
         ["calibrate", "{bad}/store.zarr", "-p", "mse", "--out", "{out}"],
         r"store\.zarr: is a folder, not an \.h5ad file; read the store with anndata\.read_zarr",
     ),
+    # Under a split the DE is against each fold's training cells: a DE table cannot stand in.
+    (
+        "calibrate: DE table with a split",
+        ["calibrate", "{data}", "-p", "mse", "--split", "{bad}/split_two_folds.csv"]
+        + ["--de-table", "{tmp}/nope", "--out", "{out}"],
+        r"give the DE table or the split, not both",
+    ),
+    (
+        "score: DE table with a split",
+        ["score", "{data}", "--pred", "m={bad}/good.csv", "--split", "{bad}/split_two_folds.csv"]
+        + ["--de-table", "{tmp}/nope", "--out", "{out}"],
+        r"give the DE table or the split, not both",
+    ),
 ]
 
 

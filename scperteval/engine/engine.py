@@ -12,6 +12,7 @@ from scperteval._memo import BoundedStore
 from scperteval.context import Context
 from scperteval.data.halves import derive_seed
 from scperteval.data.matrix_io import is_dask
+from scperteval.engine.fold_de import TrainingReference, training_de
 from scperteval.engine.folds import FoldPlan
 from scperteval.engine.pairs import pair_backend
 from scperteval.engine.population_cap import (
@@ -237,8 +238,47 @@ class Engine:
 
     # ------------------------------------------------------------ derived data
     def truth_de(self) -> DEResult:
-        """DE of the truth (half, or all cells) against the other perturbed cells."""
-        return self.context.de(reference="rest", half=self.truth_half)
+        """DE of the truth (half, or all cells) against its reference (:meth:`de`)."""
+        return self.de(self.truth_half)
+
+    def de(self, half: str) -> DEResult:
+        """DE of a share of each perturbation's cells against its reference cells.
+
+        The reference is every other perturbed cell of the group (the context's
+        ``rest`` DE); under a split, the cells of the training perturbations of the
+        fold that holds the perturbation out
+        (:func:`~scperteval.engine.fold_de.training_de`, cached per split).
+        """
+        if self.folds is None:
+            return self.context.de(reference="rest", half=half)
+        return self.memo(
+            ("training_de", half),
+            lambda: training_de(self.context, self._training_reference(), half),
+        )
+
+    def de_adjusted_pvalues(self, half: str) -> np.ndarray:
+        """The adjusted p-values of :meth:`de` (without the rest of an unsplit table)."""
+        if self.folds is None:
+            return self.context.de_adjusted_pvalues(reference="rest", half=half)
+        return self.de(half).pvalue_adj
+
+    def de_origin(self, half: str) -> str | None:
+        """``"table"``, ``"computed"`` or ``None`` (to compute) for :meth:`de` of ``half``."""
+        if self.folds is None:
+            return self.context.de_origin(reference="rest", half=half)
+        key = (*self._memo_scope, ("training_de", half))
+        return "computed" if key in self.context._memo else None
+
+    def de_reference(self, condition: int) -> GroupStats:
+        """One-row moments of the reference cells of a condition's DE (:meth:`de`)."""
+        if self.folds is None:
+            return self.context.rest_stats().group(condition)
+        return self._training_reference().of(condition)
+
+    def _training_reference(self) -> TrainingReference:
+        assert self.folds is not None
+        folds = self.folds
+        return self.memo("training_reference", lambda: TrainingReference(self.context, folds))
 
     def dataset_mean(self, condition: int) -> np.ndarray:
         """The mean of the centroids of the other perturbations of the condition's group.

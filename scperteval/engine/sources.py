@@ -56,6 +56,10 @@ class SourceEngine(Protocol):
         """Mean of the centroids of the condition's pooled perturbations."""
         ...  # pragma: no cover
 
+    def de_adjusted_pvalues(self, half: str) -> np.ndarray:
+        """Adjusted p-values of a half's DE against its reference cells."""
+        ...
+
     def training_cell_mean(self, condition: int) -> np.ndarray:
         """Cell-weighted mean of the cells of the condition's pooled perturbations."""
         ...  # pragma: no cover
@@ -173,13 +177,14 @@ def technical_duplicate(engine: SourceEngine, condition: int) -> SourceData:
 def interpolated_duplicate(engine: SourceEngine, condition: int) -> SourceData:
     """``alpha * centroid(duplicate) + (1 - alpha) * dataset mean``, ``alpha = 1 - padj``.
 
-    ``padj`` is the duplicate's DE against the other perturbed cells (the
-    engine's DE method); a non-finite ``alpha`` counts as 0.
+    ``padj`` is the duplicate's DE against the other perturbed cells (under a
+    split, the fold's training cells) with the engine's DE method; a non-finite
+    ``alpha`` counts as 0.
     """
     if engine.truth_half == "all":
         raise DegenerateInput("no technical duplicate when the truth is all cells")
     context = engine.context
-    padj = context.de_adjusted_pvalues(reference="rest", half="duplicate")[condition]
+    padj = engine.de_adjusted_pvalues("duplicate")[condition]
     alpha = np.where(np.isfinite(padj), 1.0 - padj, 0.0)
     duplicate = context.centroids("duplicate")[condition]
     return SourceData(centroid=alpha * duplicate + (1.0 - alpha) * engine.dataset_mean(condition))

@@ -136,14 +136,14 @@ def degs_padj(
     per_condition=True,
 )
 def expressed(engine: Engine, condition: int) -> FeatureMap:
-    """Genes with non-zero variance in the truth or in the other perturbed cells.
+    """Genes with non-zero variance in the truth or in its DE reference cells.
 
     A gene constant in both (typically never detected) has ``t = 0`` for every
     candidate: it cannot be a DEG and only adds ties, which rewards any
     candidate that merely ranks expressed genes first.
     """
     truth = engine.context.condition_stats(engine.truth_half).group(condition).variance()[0]
-    rest = engine.context.rest_stats().group(condition).variance()[0]
+    rest = engine.de_reference(condition).variance()[0]
     genes = np.flatnonzero((np.nan_to_num(truth) > 0) | (np.nan_to_num(rest) > 0))
     if genes.size == 0:
         raise DegenerateInput("no gene varies in the truth or its reference")

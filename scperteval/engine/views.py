@@ -122,7 +122,7 @@ def _de_view(
     space: FeatureMap,
     cache_key: str | None = None,
 ) -> DEView:
-    """DE of a source against the truth's reference (the other perturbed cells).
+    """DE of a source against the truth's reference cells (:meth:`Engine.de_reference`).
 
     Cells: Welch t from their moments. A centroid without cells: its difference
     from the reference mean, standardised as a t statistic would be with the
@@ -138,7 +138,7 @@ def _de_view(
             statistic=statistic[space.genes],
             pvalue_adj=lambda: np.asarray(table.pvalue_adj[condition][space.genes]),
         )
-    rest = engine.context.rest_stats().group(condition)
+    rest = engine.de_reference(condition)
     if source.moments is not None:
         moments = source.moments
         overestimate = engine.context.de_method == "t-test_overestim_var"
@@ -174,14 +174,13 @@ def _de_table_holding(engine: Engine, source: SourceData) -> DEResult | None:
     only once it is computed. A table read from a file stands for the truth's DE in
     weights and DEG sets, but the view keeps testing the cells themselves.
     """
-    context = engine.context
     half = source.half
-    if half is None or source.control is not None or context.de_method not in WELCH_METHODS:
+    if half is None or source.control is not None or engine.context.de_method not in WELCH_METHODS:
         return None
-    origin = context.de_origin(reference="rest", half=half)
+    origin = engine.de_origin(half)
     if origin == "table" or (origin is None and half != engine.truth_half):
         return None
-    return context.de(reference="rest", half=half)
+    return engine.de(half)
 
 
 def metric_context(

@@ -27,7 +27,7 @@ from scperteval.data.dataset import Dataset
 from scperteval.data.layout import GroupLayout
 from scperteval.kernels.threads import Threads
 
-__all__ = ["ReferenceRankTest", "wilcoxon_all"]
+__all__ = ["ReferenceRankTest", "wilcoxon_against", "wilcoxon_all"]
 
 #: Genes per thread at least: smaller ranges cost more to hand over than they save.
 MIN_GENES_PER_THREAD = 64
@@ -307,13 +307,8 @@ def wilcoxon_all(
         if conditions.size == 0:
             continue
         if reference == "control":
-            control = ReferenceRankTest(
-                dataset.rows(layout.control_positions(covariate)), threads=threads
-            )
-            for batch in _batches(layout, conditions, half):
-                statistic[batch], pvalue[batch] = control.test_groups(
-                    *_stacked(dataset, layout, batch, half)
-                )
+            control = layout.control_positions(covariate)
+            _test_against(dataset, layout, control, conditions, half, threads, statistic, pvalue)
             continue
         pool_positions = np.sort(np.concatenate([layout.positions(int(k)) for k in conditions]))
         resident = dataset.resident_csr()
@@ -345,3 +340,63 @@ def wilcoxon_all(
                 u_statistic, tie_term, n_target, pool.n_reference - n_own
             )
     return statistic, pvalue
+
+
+def wilcoxon_against(
+    dataset: Dataset,
+    layout: GroupLayout,
+    pools: list[tuple[np.ndarray, np.ndarray]],
+    half: str,
+    threads: Threads | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mann-Whitney tests of sets of conditions, each set against its own reference cells.
+
+    Parameters
+    ----------
+    dataset
+        The dataset whose rows are read.
+    layout
+        The statistic group of each cell.
+    pools
+        ``(conditions, reference_positions)`` pairs: the conditions tested against
+        the cells at ``reference_positions`` (sorted once per pair). A condition
+        is in one pair at most.
+    half
+        Target cells: ``all``, ``truth`` or ``duplicate``.
+    threads
+        The run's kernel threads (its own for the call when omitted).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Statistics and p-values, shape ``(n_conditions, n_genes)``, as
+        :meth:`ReferenceRankTest.test`; NaN in the rows of conditions no pair tests.
+
+    """
+    threads = threads or Threads()
+    statistic = np.full((layout.n_conditions, dataset.n_genes), np.nan)
+    pvalue = np.full((layout.n_conditions, dataset.n_genes), np.nan)
+    for conditions, reference_positions in pools:
+        if conditions.size and reference_positions.size:
+            _test_against(
+                dataset, layout, reference_positions, conditions, half, threads, statistic, pvalue
+            )
+    return statistic, pvalue
+
+
+def _test_against(
+    dataset: Dataset,
+    layout: GroupLayout,
+    reference_positions: np.ndarray,
+    conditions: np.ndarray,
+    half: str,
+    threads: Threads,
+    statistic: np.ndarray,
+    pvalue: np.ndarray,
+) -> None:
+    """Test ``conditions`` against the cells at ``reference_positions``, into the two tables."""
+    reference = ReferenceRankTest(dataset.rows(reference_positions), threads=threads)
+    for batch in _batches(layout, conditions, half):
+        statistic[batch], pvalue[batch] = reference.test_groups(
+            *_stacked(dataset, layout, batch, half)
+        )

@@ -21,7 +21,11 @@ from scperteval.scoring.trust import MIN_PERTURBATIONS, apply_evidence
 from scperteval.scoring.verdict_changes import verdict_change_lines, verdict_changes
 from scperteval.splits.reading import read_split
 from scperteval.splits.table import split_record
-from scperteval.workflows.option_types import as_thresholds, check_option_types
+from scperteval.workflows.option_types import (
+    as_thresholds,
+    check_option_types,
+    refuse_de_tables_under_split,
+)
 from scperteval.workflows.steps import (
     check_job_options,
     open_engine,
@@ -263,6 +267,7 @@ def calibrate(
     chosen, workers, cap = check_job_options(
         protocols, out=out, workers=workers, max_population_cells=max_population_cells, **shared
     )
+    refuse_de_tables_under_split(split, de_tables)
     # Only a run written to a folder records the checksum.
     engine, checksum = open_engine(
         data,

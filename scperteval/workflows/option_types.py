@@ -17,7 +17,7 @@ from typing import Any
 from scperteval.engine.calibrators import Thresholds
 from scperteval.errors import SpecError
 
-__all__ = ["check_option_types", "as_thresholds"]
+__all__ = ["as_thresholds", "check_option_types", "refuse_de_tables_under_split"]
 
 #: The fewest cells a seeded cell sample (PCA fit, cell-level controls) may hold.
 MIN_SAMPLE_CELLS = 2
@@ -131,3 +131,34 @@ def check_option_types(**options: Any) -> None:
             isinstance(folder, (str, os.PathLike)) for folder in listed
         ):
             raise SpecError(f"folders must be a results folder or a list of them, got {folders!r}")
+
+
+def refuse_de_tables_under_split(split: Any, de_tables: Any) -> None:
+    """Refuse precomputed DE tables in a run under a split.
+
+    A table holds each perturbation's DE against every other perturbed cell; under
+    a split the DE is against the training perturbations of each fold, which the
+    run computes from the data.
+
+    Parameters
+    ----------
+    split
+        The run's split, or ``None``.
+    de_tables
+        The run's ``de_tables`` option.
+
+    Raises
+    ------
+    SpecError
+        If both are given.
+
+    """
+    if split is None or de_tables is None:
+        return
+    one_table = isinstance(de_tables, (str, os.PathLike)) or hasattr(de_tables, "columns")
+    if one_table or len(de_tables) > 0:
+        raise SpecError(
+            "a DE table holds DE against every other perturbation; under a split DE is "
+            "tested against each fold's training perturbations, computed from the data: "
+            "give the DE table or the split, not both"
+        )

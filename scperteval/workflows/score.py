@@ -24,7 +24,11 @@ from scperteval.scoring.split_predictions import load_split_predictions
 from scperteval.scoring.trust import MIN_PERTURBATIONS
 from scperteval.scoring.vcc import has_challenge_terms
 from scperteval.splits.reading import read_split
-from scperteval.workflows.option_types import as_thresholds, check_option_types
+from scperteval.workflows.option_types import (
+    as_thresholds,
+    check_option_types,
+    refuse_de_tables_under_split,
+)
 from scperteval.workflows.split_scoring import (
     criterion_protocols,
     criterion_record,
@@ -223,6 +227,7 @@ def score(
             f"baseline {CELL_EVAL_MEAN!r} is built from every perturbation's cells, held-out "
             "ones included: it is not scored under a split"
         )
+    refuse_de_tables_under_split(split, de_tables)
     engine, checksum = open_engine(
         data,
         timer,
