@@ -261,6 +261,8 @@ def _write_unusual_inputs(folder: Path, truth, good) -> None:
         }
         pd.DataFrame(row).to_parquet(run / "results.parquet")
         (run / "protocols.csv").write_text("protocol\nmse\n")
+
+
 def _write_fold_runs(folder: Path, labels: list[str]) -> None:
     """Stored score runs of one fold each, under two splits, for report's pooling."""
     import json
@@ -268,7 +270,14 @@ def _write_fold_runs(folder: Path, labels: list[str]) -> None:
     import pandas as pd
 
     folds = [str(i % 2) for i in range(len(labels))]
-    for name, digest, fold in (("a0", "a", "0"), ("a1", "a", "0"), ("b1", "b", "1")):
+    runs = (
+        ("a0", "a", "0"),
+        ("a1", "a", "0"),
+        ("b1", "b", "1"),
+        ("c0", "c", "0"),
+        ("c1", "c", "1"),
+    )
+    for name, digest, fold in runs:
         run = folder / f"fold_run_{name}"
         run.mkdir()
         results = pd.DataFrame(
@@ -295,6 +304,13 @@ def _write_fold_runs(folder: Path, labels: list[str]) -> None:
             "split": {"sha256": digest * 64, "folds": {"0": 2, "1": 2}},
             "models": {"m": {"missing": missing}},
         }
+        if digest == "c":
+            # Runs that added the criterion's protocol: one stored its values damaged.
+            options["split"]["criterion"] = {"protocol_added": True}
+            values = results.assign(protocol="l2_heg1000")
+            values.to_parquet(run / "criterion_values.parquet", index=False)
+            if fold == "0":
+                (run / "criterion_values.parquet").write_bytes(b"PAR1 damaged")
         (run / "run.json").write_text(json.dumps({"command": "score", "options": options}))
 
 
@@ -1384,6 +1400,11 @@ CASES: list[tuple[str, list[str], str]] = [
         "report: fold runs of the same fold",
         ["report", "{bad}/fold_run_a0", "{bad}/fold_run_a1", "--out", "{out}"],
         r"cannot merge .*fold_run_a1 with .*fold_run_a0: both scored fold '0' \(mse\)",
+    ),
+    (
+        "report: fold runs with damaged criterion values",
+        ["report", "{bad}/fold_run_c0", "{bad}/fold_run_c1", "--out", "{out}"],
+        r"fold_run_c0/criterion_values\.parquet: cannot read the stored criterion values",
     ),
     # distances: unknown --groups and --reference labels shown with the nearest label.
     (

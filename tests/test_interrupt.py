@@ -37,8 +37,20 @@ def test_a_signal_stops_calibrate_within_two_seconds(slow_data, tmp_path, signum
     (out / "notes.txt").write_text("mine")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     process = subprocess.Popen(
-        [sys.executable, "-c", COMMAND, "calibrate", str(slow_data), "-p", "default",
-         "--workers", "2", "--overwrite", "--out", str(out)],
+        [
+            sys.executable,
+            "-c",
+            COMMAND,
+            "calibrate",
+            str(slow_data),
+            "-p",
+            "default",
+            "--workers",
+            "2",
+            "--overwrite",
+            "--out",
+            str(out),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

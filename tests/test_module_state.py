@@ -132,11 +132,7 @@ def module_state(path: Path, root: Path = PACKAGE_ROOT) -> list[str]:
 
 
 def test_the_package_holds_no_mutable_module_state() -> None:
-    found = [
-        line
-        for path in sorted(PACKAGE_ROOT.rglob("*.py"))
-        for line in module_state(path)
-    ]
+    found = [line for path in sorted(PACKAGE_ROOT.rglob("*.py")) for line in module_state(path)]
     assert found == []
 
 

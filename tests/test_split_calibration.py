@@ -212,17 +212,34 @@ def test_report_pools_fold_runs_into_the_split_run(simulated, split, model, tmp_
         pooled.fold_scores.reset_index(drop=True), whole.fold_scores.reset_index(drop=True)
     )
     assert pooled.info["pooled_folds"] == sorted(split.folds)
-    # The criterion on the stored error protocols equals the split run's.
-    stored = whole.criterion[whole.criterion["protocol"].isin(PROTOCOLS.split(","))]
-    assert len(stored)
+    # The criterion equals the split run's, on the protocol added for it alone too.
+    assert {"l2_heg1000", "mse"} <= set(whole.criterion["protocol"])
+    assert "l2_heg1000" not in set(pooled.results["protocol"])
     pd.testing.assert_frame_equal(
-        pooled.criterion.reset_index(drop=True), stored.reset_index(drop=True)
+        pooled.criterion.reset_index(drop=True), whole.criterion.reset_index(drop=True)
     )
-    kept = [c for c in pooled.fold_summary.columns]
     pd.testing.assert_frame_equal(
-        pooled.fold_summary.reset_index(drop=True),
-        whole.fold_summary[kept].reset_index(drop=True),
+        pooled.fold_summary.reset_index(drop=True), whole.fold_summary.reset_index(drop=True)
     )
+    written = pd.read_csv(tmp_path / "pooled" / "mean_ratio.csv")
+    assert set(written["protocol"]) == set(whole.criterion["protocol"])
+    # The pooled folder pools again, as a single run of every fold.
+    again = report([tmp_path / "pooled"], out=tmp_path / "again", figures=False)
+    pd.testing.assert_frame_equal(again.leaderboard.headline, whole.leaderboard.headline)
+
+
+def test_report_pools_older_fold_runs_without_the_added_criterion_values(
+    simulated, split, model, tmp_path
+):
+    from scperteval.errors import ScpertevalWarning
+    from scperteval.scoring.result import CRITERION_VALUES_FILE
+
+    folders = _fold_runs(simulated, split, model, tmp_path)
+    (folders[1] / CRITERION_VALUES_FILE).unlink()
+    with pytest.warns(ScpertevalWarning, match="leaves out the protocols added for it alone"):
+        pooled = report(folders, out=tmp_path / "pooled", figures=False)
+    assert "mse" in set(pooled.criterion["protocol"])
+    assert "l2_heg1000" not in set(pooled.criterion["protocol"])
 
 
 def test_report_refuses_fold_runs_that_do_not_pool(simulated, split, model, tmp_path):

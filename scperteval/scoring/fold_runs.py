@@ -19,7 +19,7 @@ import pandas as pd
 from scperteval.errors import DatasetError
 from scperteval.scoring.folds import FOLD_COLUMN
 
-__all__ = ["fold_run_rows", "in_run_order", "run_folds", "split_digest"]
+__all__ = ["fold_run_rows", "in_run_order", "own_fold_rows", "run_folds", "split_digest"]
 
 #: What identifies a row of stored results.
 ROW_KEYS = ("protocol", "covariate", "perturbation", "source", "source_name")
@@ -152,3 +152,34 @@ def in_run_order(pooled: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
 def _keys(table: pd.DataFrame) -> list[tuple[str, ...]]:
     columns = [table[c].astype(str) for c in ROW_KEYS]
     return list(zip(*columns, strict=True))
+
+
+def own_fold_rows(
+    extras: Sequence[pd.DataFrame],
+    tables: Sequence[pd.DataFrame],
+    options: Sequence[Mapping[str, Any]],
+) -> pd.DataFrame:
+    """Rows kept beside fold runs' results, each run's own folds, pooled in run order.
+
+    Parameters
+    ----------
+    extras
+        Per run, rows stored beside its results with a ``fold`` column (such as the
+        values of a protocol run for the criterion alone).
+    tables
+        The runs' stored results (their models tell the runs' folds, see
+        :func:`run_folds`).
+    options
+        Their ``run.json`` options.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The rows of every run's own folds, in the order of the first run's rows.
+
+    """
+    parts = [
+        extra[extra[FOLD_COLUMN].astype(str).isin(run_folds(table, record))]
+        for extra, table, record in zip(extras, tables, options, strict=True)
+    ]
+    return in_run_order(pd.concat(parts, ignore_index=True), extras[0])

@@ -33,6 +33,8 @@ SPLIT_FILES = MappingProxyType(
 )
 
 RESULT_FILE = "results.parquet"
+#: Under a split, the values of the protocols run for the criterion alone.
+CRITERION_VALUES_FILE = "criterion_values.parquet"
 RUN_FILE = "run.json"
 PROTOCOL_FILE = "protocols.csv"
 
@@ -74,6 +76,11 @@ class ScoreResult:
     criterion
         Under a split: the error ratio to the training-mean baseline per entry and
         error protocol (:func:`~scperteval.scoring.mean_ratio.mean_ratio_table`).
+    criterion_values
+        Under a split: the per-perturbation values, with their fold, of the
+        protocols run for the criterion alone (not ranked); kept so that
+        :func:`~scperteval.workflows.report.report` rebuilds the criterion of
+        pooled fold runs on them too.
     verdict_changes
         Under a split (calibrated runs): each protocol's overall verdict beside the
         one of the same data without the split
@@ -97,6 +104,7 @@ class ScoreResult:
     fold_summary: pd.DataFrame = field(default_factory=pd.DataFrame)
     criterion: pd.DataFrame = field(default_factory=pd.DataFrame)
     verdict_changes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    criterion_values: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def _repr_html_(self) -> str:
         return str(self.leaderboard._repr_html_())
@@ -138,6 +146,11 @@ class ScoreResult:
             frame: pd.DataFrame = getattr(self, table)
             if not frame.empty:
                 write_atomic(folder / file, functools.partial(_write_csv, frame))
+        if not self.criterion_values.empty:
+            values = self.criterion_values
+            write_atomic(
+                folder / CRITERION_VALUES_FILE, lambda p: values.to_parquet(p, index=False)
+            )
         write_reports(self, folder, figures=figures, progress=progress)
         write_run_json(folder / RUN_FILE, self.info.get("command", "score"), self.info)
 

@@ -15,6 +15,7 @@ on their own and summarised in a models x datasets table
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -23,15 +24,27 @@ from typing import Any
 import pandas as pd
 
 from scperteval.engine.calibrators import Thresholds
-from scperteval.errors import DatasetError, SpecError
+from scperteval.errors import DatasetError, ScpertevalWarning, SpecError
 from scperteval.outputs import check_output_folder, staged_output
 from scperteval.reporting.across import write_across
 from scperteval.scoring.across import AcrossDatasets, across_datasets, dataset_label
 from scperteval.scoring.derive import derive
-from scperteval.scoring.fold_runs import fold_run_rows, in_run_order, split_digest
+from scperteval.scoring.fold_runs import (
+    ROW_KEYS,
+    fold_run_rows,
+    in_run_order,
+    own_fold_rows,
+    split_digest,
+)
 from scperteval.scoring.folds import FOLD_COLUMN, fold_scores, fold_summary
 from scperteval.scoring.mean_ratio import mean_ratio_table
-from scperteval.scoring.result import PROTOCOL_FILE, RESULT_FILE, RUN_FILE, ScoreResult
+from scperteval.scoring.result import (
+    CRITERION_VALUES_FILE,
+    PROTOCOL_FILE,
+    RESULT_FILE,
+    RUN_FILE,
+    ScoreResult,
+)
 from scperteval.scoring.trust import MIN_PERTURBATIONS
 from scperteval.workflows.option_types import as_thresholds, check_option_types
 from scperteval.workflows.stored_run import check_stored_run
@@ -51,7 +64,6 @@ IDENTITY_OPTIONS = (
     "normalize",
     "subset",
 )
-ROW_KEYS = ("protocol", "covariate", "perturbation", "source", "source_name")
 Run = tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]
 
 
@@ -234,15 +246,58 @@ def _merged(runs: Sequence[Run], paths: Sequence[Path], settings: dict[str, Any]
         result.fold_scores = fold_scores(
             results[columns], folds, lambda table: derive_on(table).leaderboard.headline
         )
-        # The criterion on the stored error protocols (a protocol added to the runs
-        # for the criterion alone was not stored).
+        # The criterion on the stored error protocols and on those the runs added
+        # for it alone (stored apart, not ranked).
         lower = [str(r.protocol) for r in protocols.itertuples() if str(r.better) == "lower"]
-        result.criterion = mean_ratio_table(results, lower, int(first.get("seed", 0)))
+        judged = results
+        added = _criterion_values(paths, runs)
+        if added is not None:
+            result.criterion_values = added
+            judged = pd.concat([results, added.drop(columns=FOLD_COLUMN)], ignore_index=True)
+            lower += [p for p in dict.fromkeys(added["protocol"].astype(str)) if p not in lower]
+        result.criterion = mean_ratio_table(judged, lower, int(first.get("seed", 0)))
         result.fold_summary = fold_summary(
             derived.leaderboard.headline, result.fold_scores, result.criterion
         )
         info["pooled_folds"] = sorted(set(results[FOLD_COLUMN].dropna().astype(str)))
     return result
+
+
+def _criterion_values(paths: Sequence[Path], runs: Sequence[Run]) -> pd.DataFrame | None:
+    """The pooled values of the protocols fold runs added for the criterion alone.
+
+    ``None`` when no run added one; when only some runs hold theirs (runs stored
+    before these values were kept), the criterion goes without them, as a note says.
+    """
+    added = [
+        bool(((options.get("split") or {}).get("criterion") or {}).get("protocol_added"))
+        for _, _, options in runs
+    ]
+    files = [Path(path) / CRITERION_VALUES_FILE for path in paths]
+    if not any(added):
+        return None
+    if not all(file.exists() for file in files):
+        missing = next(path for path, file in zip(paths, files, strict=True) if not file.exists())
+        warnings.warn(
+            f"{missing} holds no {CRITERION_VALUES_FILE} (stored before these values were "
+            "kept): the pooled criterion leaves out the protocols added for it alone",
+            ScpertevalWarning,
+            stacklevel=3,
+        )
+        return None
+    extras = []
+    for file in files:
+        try:
+            extra = pd.read_parquet(file)
+        except Exception as exc:  # noqa: BLE001 - any reader failure means a damaged run folder
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise DatasetError(
+                f"{file}: cannot read the stored criterion values ({reason})"
+            ) from None
+        if not set(ROW_KEYS) | {"value", FOLD_COLUMN} <= set(extra.columns):
+            raise DatasetError(f"{file}: not the criterion values of a run (columns missing)")
+        extras.append(extra)
+    return own_fold_rows(extras, [r[0] for r in runs], [r[2] for r in runs])
 
 
 def _merge(

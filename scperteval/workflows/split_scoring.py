@@ -104,8 +104,9 @@ def split_breakdown(
     -------
     dict of pandas.DataFrame
         ``results`` (with a ``fold`` column), ``fold_scores`` (each fold's headline
-        per entry), ``criterion`` and ``fold_summary`` (pooled score, folds' spread,
-        criterion columns).
+        per entry), ``criterion``, ``fold_summary`` (pooled score, folds' spread,
+        criterion columns) and ``criterion_values`` (the rows of ``extra``, with
+        their fold).
 
     """
     results = derived.results.assign(**{FOLD_COLUMN: fold_column(derived.results, split)})
@@ -117,11 +118,14 @@ def split_breakdown(
     judged = [p.name for p in chosen if p.better == "lower"] + [p.name for p in extra]
     criterion = mean_ratio_table(all_results, judged, seed)
     summary = fold_summary(derived.leaderboard.headline, per_fold, criterion)
+    added = all_results[all_results["protocol"].isin([p.name for p in extra])]
+    added = added.reset_index(drop=True)
     return {
         "results": results,
         "fold_scores": per_fold,
         "criterion": criterion,
         "fold_summary": summary,
+        "criterion_values": added.assign(**{FOLD_COLUMN: fold_column(added, split)}),
     }
 
 
