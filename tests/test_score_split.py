@@ -353,3 +353,22 @@ def test_criterion_table_on_hand_made_errors():
     assert table.loc["good", "outperforms"] is True
     assert table.loc["flat", "mean_ratio"] == pytest.approx((0.0 + 0.75) / 2)
     assert table.loc["empty", "n"] == 0 and table.loc["empty", "outperforms"] is pd.NA
+
+
+def test_fold_headlines_average_the_pooled_run_trusted_protocols(simulated, split, model):
+    """Folds of fewer perturbations than the trust rule needs still have a headline."""
+    protocols = "mse,pearson_delta_ctrl,mse_top_k,l2"
+    pooled = score(simulated, {"m": model}, protocols=protocols, split=split, figures=False)
+    trusted = list(pooled.leaderboard.trusted)
+    assert trusted, "the pooled run trusts some protocol"
+    per_fold = pooled.fold_scores.set_index(["fold", "model"])["score"]
+    entries = pooled.results[pooled.results["source_name"] == "m"]
+    for fold in split.folds:
+        own = entries[entries["fold"] == fold]
+        # Each fold holds 5 perturbations, fewer than the 10 the trust rule needs alone.
+        assert own["perturbation"].nunique() < 10
+        medians = [
+            np.nanmedian(own.loc[own["protocol"] == p, "calibrated"].to_numpy(dtype=float))
+            for p in trusted
+        ]
+        assert per_fold[(fold, "m")] == pytest.approx(np.median(medians), rel=1e-12)

@@ -51,6 +51,7 @@ def derive(
     seed: int = 0,
     min_perturbations: int = MIN_PERTURBATIONS,
     flags: Mapping[str, Sequence[str]] | None = None,
+    trusted_protocols: Sequence[str] | None = None,
 ) -> Derived:
     """Derive calibration, calibrated scores, aggregates, tests and the leaderboard.
 
@@ -79,6 +80,10 @@ def derive(
     flags
         Per entry, the sanity flags shown in the leaderboard
         (see :mod:`scperteval.scoring.flags`).
+    trusted_protocols
+        The protocols the leaderboard ranks on, decided elsewhere (a fold's
+        breakdown uses those of the pooled run, so that every fold's headline
+        averages the same protocols); by default those this calibration trusts.
 
     """
     better = {str(row.protocol): str(row.better) for row in protocols.itertuples()}
@@ -94,6 +99,10 @@ def derive(
         verdicts = verdict_sentences(calibration, reasons, protocols, thresholds)
         trusted = [p for p in order if reasons.get(p) == ""]
         excluded = {p: reasons.get(p) or "no control values" for p in order if p not in trusted}
+        if trusted_protocols is not None:
+            chosen = set(trusted_protocols)
+            trusted = [p for p in order if p in chosen]
+            excluded = {p: "not trusted in the pooled run" for p in order if p not in chosen}
         with_calibrated = add_calibrated(results, better)
         column = "calibrated"
     else:

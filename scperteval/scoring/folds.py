@@ -3,7 +3,8 @@
 A run under a split scores every held-out perturbation once, against the sources of
 its own fold; the leaderboard pools every fold's test perturbations (Miller et al.
 2025's convention). Each fold's headline is the same derivation on that fold's
-perturbations alone.
+perturbations alone, on the protocols the pooled run trusts (a fold is often too
+small for the trust rule on its own, and the folds stay comparable).
 """
 
 from __future__ import annotations

@@ -210,7 +210,7 @@ def _merged(runs: Sequence[Run], paths: Sequence[Path], settings: dict[str, Any]
     flags = {k: v for _, _, o in runs for k, v in (o.get("flags") or {}).items()}
     columns = [c for c in results.columns if c != "calibrated"]
 
-    def derive_on(table: pd.DataFrame) -> Any:
+    def derive_on(table: pd.DataFrame, trusted: Any = None) -> Any:
         return derive(
             table,
             protocols,
@@ -221,6 +221,7 @@ def _merged(runs: Sequence[Run], paths: Sequence[Path], settings: dict[str, Any]
             int(first.get("seed", 0)),
             min_perturbations=min_perturbations,
             flags={name: record.get("flags", []) for name, record in flags.items()},
+            trusted_protocols=trusted,
         )
 
     derived = derive_on(results[columns])
@@ -243,8 +244,9 @@ def _merged(runs: Sequence[Run], paths: Sequence[Path], settings: dict[str, Any]
     if pooled_folds:
         # The pooled rows are each fold's own run's: the breakdown by fold follows.
         folds = tuple(str(f) for f in first["split"]["folds"])
+        trusted = derived.leaderboard.trusted
         result.fold_scores = fold_scores(
-            results[columns], folds, lambda table: derive_on(table).leaderboard.headline
+            results[columns], folds, lambda table: derive_on(table, trusted).leaderboard.headline
         )
         # The criterion on the stored error protocols and on those the runs added
         # for it alone (stored apart, not ranked).

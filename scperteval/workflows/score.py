@@ -285,7 +285,7 @@ def score(
         results = results[~results["protocol"].isin([p.name for p in extra])]
         results = results.reset_index(drop=True)
 
-    def derive_on(table: Any) -> Any:
+    def derive_on(table: Any, trusted: Any = None) -> Any:
         return derive(
             table,
             protocols_described,
@@ -296,6 +296,7 @@ def score(
             seed,
             min_perturbations=min_perturbations,
             flags={name: record["flags"] for name, record in flags.items()},
+            trusted_protocols=trusted,
         )
 
     with timer.step("derive"):

@@ -77,7 +77,7 @@ def split_breakdown(
     chosen: Sequence[Protocol],
     extra: Sequence[Protocol],
     seed: int,
-    derive_on: Callable[[pd.DataFrame], Derived],
+    derive_on: Callable[[pd.DataFrame, Sequence[str] | None], Derived],
 ) -> dict[str, pd.DataFrame]:
     """The tables a run under a split adds to its :class:`~scperteval.scoring.result.ScoreResult`.
 
@@ -98,7 +98,8 @@ def split_breakdown(
     seed
         The run's seed (the criterion's bootstrap).
     derive_on
-        Derives a results table as the pooled run does.
+        Derives a results table as the pooled run does, on the given trusted
+        protocols (``None``: those it trusts itself).
 
     Returns
     -------
@@ -110,10 +111,12 @@ def split_breakdown(
 
     """
     results = derived.results.assign(**{FOLD_COLUMN: fold_column(derived.results, split)})
+    # Every fold's headline averages the protocols the pooled run trusts.
+    trusted = derived.leaderboard.trusted
     per_fold = fold_scores(
         ranked.assign(**{FOLD_COLUMN: fold_column(ranked, split)}),
         split.folds,
-        lambda table: derive_on(table).leaderboard.headline,
+        lambda table: derive_on(table, trusted).leaderboard.headline,
     )
     judged = [p.name for p in chosen if p.better == "lower"] + [p.name for p in extra]
     criterion = mean_ratio_table(all_results, judged, seed)
