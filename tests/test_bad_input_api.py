@@ -58,6 +58,16 @@ def test_one_group_given_as_a_string_is_that_group(small):
     pd.testing.assert_frame_equal(one, listed)
 
 
+@pytest.mark.parametrize("n_jobs", [0, -1, 2.5, True, "2"])
+def test_distances_refuse_a_thread_count_that_is_not_a_positive_whole_number(small, n_jobs):
+    from scperteval.distances import pairwise, permutation_test
+
+    with pytest.raises(SpecError, match=r"n_jobs must be a whole number of at least 1 or None"):
+        pairwise(small[0], "perturbation", n_jobs=n_jobs)
+    with pytest.raises(SpecError, match=r"n_jobs must be a whole number of at least 1 or None"):
+        permutation_test(small[0], "perturbation", "control", n_jobs=n_jobs)
+
+
 def test_pairwise_refuses_nan_labels_instead_of_a_group_nan(small):
     import anndata as ad
 

@@ -98,8 +98,28 @@ def _batched_column(
     return [measure.from_cross(float(sums[k]), group, reference) for k, group in enumerate(groups)]
 
 
+def check_n_jobs(n_jobs: Any) -> None:
+    """Refuse a thread count that is not ``None`` or a whole number of at least 1.
+
+    Parameters
+    ----------
+    n_jobs
+        The ``n_jobs`` option of a distance function.
+
+    Raises
+    ------
+    SpecError
+        For 0, a negative or fractional number, a flag or a string.
+
+    """
+    if n_jobs is not None and (
+        isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs < 1
+    ):
+        raise SpecError(f"n_jobs must be a whole number of at least 1 or None, got {n_jobs!r}")
+
+
 def _run(tasks: Sequence[Any], function: Any, n_jobs: int | None) -> list[Any]:
-    workers = available_cores() if n_jobs is None else max(1, int(n_jobs))
+    workers = available_cores() if n_jobs is None else int(n_jobs)
     if workers <= 1 or len(tasks) <= 1:
         return [function(task) for task in tasks]
     with cf.ThreadPoolExecutor(workers, thread_name_prefix="scperteval-distance") as pool:
@@ -160,6 +180,7 @@ def _compared(
     the labels of ``groups`` (all by default) that the covariate value has; the
     ``reference``, when given, is read and prepared too, and must have cells.
     """
+    check_n_jobs(n_jobs)
     adata, options = _reading(data, *reading)
     groups = _group_list(groups)
     wanted = groups

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from scperteval.data.halves import derive_seed
-from scperteval.distances._api import _pairwise_only, _run, against_reference
+from scperteval.distances._api import _pairwise_only, _run, against_reference, check_n_jobs
 from scperteval.distances._base import Distance, Group, resolve_distance
 from scperteval.distances._kernel import BlockSums, PairKernelDistance
 from scperteval.distances._mmd import MMD
@@ -279,6 +279,7 @@ def permutation_test(
 
     """
     _check(n_permutations, correction, alpha)
+    check_n_jobs(n_jobs)
     distance = resolve_distance(metric)
     _pairwise_only(distance, "permutation_test")
     reference = str(reference)
