@@ -193,6 +193,9 @@ def test_tasks_wait_while_a_fit_builds_its_gram_matrix_on_every_core(monkeypatch
     def noted_wait(self):
         real_wait(self)
         task_starts.append(time.perf_counter())
+        # Each task takes a moment, so that some are still to start when the fit
+        # claims the cores (else they could all start first, and nothing is tested).
+        time.sleep(0.01)
 
     windows = []
     real_add = pca._add_outer_products
