@@ -38,8 +38,11 @@ def four_folds(screen: ad.AnnData) -> Split:
     return Split.from_folds({("all", p): str(i % N_FOLDS) for i, p in enumerate(labels)}, seed=7)
 
 
-def _engine(screen: ad.AnnData, split: Split, method: str = "t-test") -> Engine:
-    engine = Engine(Context(Dataset(screen), seed=SEED, de_method=method), truth="half")
+def _engine(
+    screen: ad.AnnData, split: Split, method: str = "t-test", covariate_key: str | None = None
+) -> Engine:
+    dataset = Dataset(screen, covariate_key=covariate_key)
+    engine = Engine(Context(dataset, seed=SEED, de_method=method), truth="half")
     engine.use_split(split)
     return engine
 
@@ -53,8 +56,9 @@ def _training_cells(engine: Engine, split: Split, condition: int) -> np.ndarray:
     """Positions of the cells of the training perturbations of the condition's fold."""
     layout = engine.context.layout
     fold = engine.folds.fold_name(condition)
+    group = layout.conditions[condition].covariate
     names = [(c.covariate, c.perturbation) for c in layout.conditions]
-    training = [k for k, name in enumerate(names) if name in split.train[fold]]
+    training = [k for k, name in enumerate(names) if name in split.train[fold] and name[0] == group]
     return np.sort(np.concatenate([layout.positions(k) for k in training]))
 
 
@@ -158,3 +162,27 @@ def test_de_table_with_a_split_is_refused_before_reading(screen, four_folds, tmp
         score(screen, {"m": screen}, split=four_folds, de_tables=path, figures=False)
     with pytest.raises(SpecError, match="DE table or the split"):
         calibrate(screen, split=four_folds, de_tables=[path])
+
+
+@pytest.mark.parametrize("method", ["t-test", "wilcoxon"])
+def test_the_reference_stays_within_the_covariate_group(method):
+    screen = simulate(n_perturbations=9, n_genes=40, cells_per_perturbation=20, n_covariates=2)
+    pairs = screen.obs[["cell_line", "perturbation"]].astype(str).drop_duplicates()
+    pairs = pairs[pairs["perturbation"] != "control"]
+    names = sorted(zip(pairs["cell_line"], pairs["perturbation"], strict=True))
+    split = Split.from_folds({name: str(i % 3) for i, name in enumerate(names)}, seed=1)
+    engine = _engine(screen, split, method, covariate_key="cell_line")
+    cells = _dense(screen)
+    layout = engine.context.layout
+    de = engine.truth_de()
+    for condition in _scored(engine):
+        truth = cells[layout.positions(condition, "truth")]
+        reference = cells[_training_cells(engine, split, condition)]
+        if method == "t-test":
+            expected = stats.ttest_ind(truth, reference, equal_var=False).pvalue
+        else:
+            expected = stats.mannwhitneyu(
+                truth, reference, method="asymptotic", use_continuity=False, axis=0
+            ).pvalue
+        tested = np.isfinite(expected)
+        np.testing.assert_allclose(de.pvalue[condition][tested], expected[tested], rtol=1e-9)
