@@ -362,3 +362,19 @@ def test_the_split_command_writes_the_table_and_says_what_is_in_it(tmp_path, cap
         .astype(str)
         .equals(pd.read_csv(out, dtype=str, keep_default_na=False).astype(str).replace("", "<NA>"))
     )
+
+
+def test_a_split_written_for_data_without_a_covariate_is_read_back_by_the_runs(tmp_path):
+    """`split` names the one group "all" in its covariate column; the runs accept it."""
+    adata = simulate(n_perturbations=6, n_genes=30, cells_per_perturbation=20, seed=3)
+    data = tmp_path / "screen.h5ad"
+    adata.write_h5ad(data)
+    table = tmp_path / "split.csv"
+    assert main(["split", str(data), "--folds", "3", "--seed", "1", "--out", str(table)]) == 0
+    assert set(pd.read_csv(table)["covariate"]) == {"all"}
+    dataset = Dataset(adata)
+    assert read_split(table, dataset).digest() == make_folds(dataset, folds=3, seed=1).digest()
+    out = tmp_path / "run"
+    assert (
+        main(["calibrate", str(data), "-p", "mse", "--split", str(table), "--out", str(out)]) == 0
+    )

@@ -196,6 +196,13 @@ def _with_covariates(table: pd.DataFrame, dataset: Dataset, origin: str) -> pd.D
     """Rows with their covariate group, unknown labels refused and left-out ones dropped."""
     kept = {(c.covariate, c.perturbation) for c in dataset.conditions}
     known = kept | {(c.covariate, c.perturbation) for c, _ in dataset.dropped}
+    if (
+        "covariate" in table.columns
+        and dataset.covariate_key is None
+        and set(table["covariate"].astype(str)) == {ALL_COVARIATES}
+    ):
+        # The one group of data without a covariate, as `split` writes it.
+        table = table.drop(columns="covariate")
     if "covariate" not in table.columns:
         groups: dict[str, list[str]] = {}
         for covariate, label in sorted(known):
