@@ -66,6 +66,14 @@ def _scored(engine: Engine) -> list[int]:
     return [int(k) for k in engine.scored_conditions()]
 
 
+def _truth_and_training(engine: Engine, split: Split, cells: np.ndarray):
+    """Per held-out condition: its index, its truth cells and its fold's training cells."""
+    layout = engine.context.layout
+    for condition in _scored(engine):
+        truth = cells[layout.positions(condition, "truth")]
+        yield condition, truth, cells[_training_cells(engine, split, condition)]
+
+
 def test_welch_de_is_against_the_fold_training_cells(screen, four_folds):
     engine = _engine(screen, four_folds)
     cells = _dense(screen)
@@ -93,12 +101,8 @@ def test_welch_de_is_against_the_fold_training_cells(screen, four_folds):
 
 def test_wilcoxon_de_is_against_the_fold_training_cells(screen, four_folds):
     engine = _engine(screen, four_folds, method="wilcoxon")
-    cells = _dense(screen)
-    layout = engine.context.layout
     de = engine.truth_de()
-    for condition in _scored(engine):
-        truth = cells[layout.positions(condition, "truth")]
-        reference = cells[_training_cells(engine, four_folds, condition)]
+    for condition, truth, reference in _truth_and_training(engine, four_folds, _dense(screen)):
         expected = stats.mannwhitneyu(
             truth, reference, method="asymptotic", use_continuity=False, axis=0
         )
@@ -172,12 +176,8 @@ def test_the_reference_stays_within_the_covariate_group(method):
     names = sorted(zip(pairs["cell_line"], pairs["perturbation"], strict=True))
     split = Split.from_folds({name: str(i % 3) for i, name in enumerate(names)}, seed=1)
     engine = _engine(screen, split, method, covariate_key="cell_line")
-    cells = _dense(screen)
-    layout = engine.context.layout
     de = engine.truth_de()
-    for condition in _scored(engine):
-        truth = cells[layout.positions(condition, "truth")]
-        reference = cells[_training_cells(engine, split, condition)]
+    for condition, truth, reference in _truth_and_training(engine, split, _dense(screen)):
         if method == "t-test":
             expected = stats.ttest_ind(truth, reference, equal_var=False).pvalue
         else:
