@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, closing, nullcontext
 from types import MappingProxyType
 from typing import Any
 
@@ -243,19 +243,13 @@ def parse_thresholds(text: str | None) -> Any:
         raise SpecError(str(exc)) from None
 
 
-@contextmanager
-def cluster_client(address: str | None) -> Iterator[Any]:
+def cluster_client(address: str | None) -> AbstractContextManager[Any]:
     """A dask client connected to ``address`` for the block, or ``None`` without one."""
     if address is None:
-        yield None
-        return
+        return nullcontext()
     from scperteval.engine.distributed import connect
 
-    client = connect(address)
-    try:
-        yield client
-    finally:
-        client.close()
+    return closing(connect(address))
 
 
 def print_run_notes(info: dict[str, Any], min_cells: int) -> None:

@@ -15,7 +15,6 @@ import pandas as pd
 from scperteval.runinfo import write_atomic
 
 MISSING = "–"
-META_COLUMNS = ("model", "kind", "score", "rank")
 TEXT_COLUMNS = (
     "model",
     "kind",
@@ -27,17 +26,13 @@ TEXT_COLUMNS = (
 )
 SHOWN_MISSING = 5
 DAGGER = "\u2020"
+#: The definitions of BDS and DRF, given where they first appear in each output.
 TRUST_TERMS = (
     "BDS (bound discrimination score): the fraction of perturbations on which the positive "
     "control is strictly better than the negative control. DRF (dynamic range fraction): the "
     "share of the room between the negative control and a perfect score that the positive "
     "control covers."
 )
-
-
-def trust_terms() -> str:
-    """The definitions of BDS and DRF, given where they first appear in each output."""
-    return TRUST_TERMS
 
 
 def percent(fraction: float) -> str:
@@ -268,14 +263,10 @@ def run_items(result: Any, created: str) -> list[tuple[str, str]]:
 
 def write_file(path: Path, data: str | bytes) -> None:
     """Write text (as UTF-8) or bytes to ``path`` atomically, creating its folder."""
-
-    def write(target: Path) -> None:
-        if isinstance(data, bytes):
-            target.write_bytes(data)
-        else:
-            target.write_text(data, encoding="utf-8")
-
-    write_atomic(path, write)
+    if isinstance(data, bytes):
+        write_atomic(path, lambda target: target.write_bytes(data))
+    else:
+        write_atomic(path, lambda target: target.write_text(data, encoding="utf-8"))
 
 
 def created_now() -> str:

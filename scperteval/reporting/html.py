@@ -15,6 +15,7 @@ from scperteval.reporting.formatting import (
     DAGGER,
     MISSING,
     TEXT_COLUMNS,
+    TRUST_TERMS,
     board_rows,
     controls_of,
     excluded_protocols,
@@ -22,7 +23,6 @@ from scperteval.reporting.formatting import (
     model_notes,
     run_items,
     score_caption,
-    trust_terms,
     wins_by_pair,
 )
 from scperteval.reporting.htmlparts import Cell
@@ -188,7 +188,7 @@ def _verdicts_section(result: Any) -> str:
     label = f"Trusted protocols used by score ({len(board.trusted)})"
     names = ", ".join(board.trusted) or "none"
     parts = [
-        f'<p class="caption">{escape(trust_terms())}</p>',
+        f'<p class="caption">{escape(TRUST_TERMS)}</p>',
         f"<p><strong>{escape(label)}:</strong> {escape(names)}</p>",
     ]
     if board.verdicts:

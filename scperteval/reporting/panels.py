@@ -51,11 +51,8 @@ def _boxes(ax: Axes, data: list[np.ndarray], names: list[str], seed: int = 0) ->
 def _by_entry(rows: pd.DataFrame, column: str, order: list[str]) -> list[np.ndarray]:
     """The finite values of ``column`` of each entry in ``order`` (empty when it has none)."""
     groups = {str(k): v for k, v in rows.groupby("source_name", observed=True)[column]}
-    data = []
-    for name in order:
-        values = groups[name].to_numpy(dtype=np.float64) if name in groups else np.array([])
-        data.append(values[np.isfinite(values)])
-    return data
+    data = [groups[n].to_numpy(dtype=np.float64) if n in groups else np.array([]) for n in order]
+    return [values[np.isfinite(values)] for values in data]
 
 
 def _clip_axis(ax: Axes, data: list[np.ndarray]) -> None:

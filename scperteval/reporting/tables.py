@@ -11,12 +11,12 @@ from scperteval.reporting.formatting import (
     DAGGER,
     MISSING,
     TEXT_COLUMNS,
+    TRUST_TERMS,
     board_rows,
     excluded_protocols,
     model_notes,
     run_items,
     score_caption,
-    trust_terms,
 )
 
 __all__ = ["markdown_report", "latex_table", "markdown_escape", "latex_escape"]
@@ -170,7 +170,7 @@ def markdown_report(result: Any, created: str) -> str:
         lines.append(f"Protocols used by `score` ({len(board.trusted)}, plain mode): {names}.")
     lines.append("")
     if board.calibrated and board.verdicts:
-        lines += ["## Verdict of each protocol", "", markdown_escape(trust_terms()), ""]
+        lines += ["## Verdict of each protocol", "", markdown_escape(TRUST_TERMS), ""]
         lines += _named_items(board.verdicts.items())
     elif board.excluded:
         lines += ["Excluded protocols:", ""]

@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 
 from scperteval.engine.failures import failure_counts, failure_lines
-from scperteval.reporting.formatting import headline_frame, is_missing, trust_terms
+from scperteval.reporting.formatting import TRUST_TERMS, headline_frame, is_missing
 
 __all__ = ["empty_entry_lines", "terminal_lines", "verdict_lines"]
 
@@ -65,7 +65,7 @@ def verdict_lines(verdicts: dict[str, str], trusted: list[str]) -> list[str]:
     untrusted = [protocol for protocol in verdicts if protocol not in chosen]
     lines = []
     if untrusted:
-        lines.append(trust_terms())
+        lines.append(TRUST_TERMS)
         lines += [f"  {protocol}: {verdicts[protocol]}" for protocol in untrusted]
     n_trusted = len(verdicts) - len(untrusted)
     lines.append(

@@ -36,7 +36,7 @@ class Timer:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
 
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     """Write a file through a temporary sibling then rename, so readers never see a partial file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -65,8 +65,4 @@ def write_run_json(path: Path, command: str, options: Mapping[str, Any], **extra
         **extra,
     }
     text = json.dumps(record, indent=2, default=str, sort_keys=False)
-    write_atomic(path, lambda p: _write_text(p, text + "\n"))
-
-
-def _write_text(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
+    write_atomic(path, lambda p: p.write_text(text + "\n", encoding="utf-8"))
