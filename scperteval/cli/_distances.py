@@ -87,10 +87,9 @@ def _check_options(args: argparse.Namespace) -> dict[str, Any]:
         raise SpecError("--bootstrap needs --reference (the group each interval compares to)")
     if args.bootstrap < 0 or args.bootstrap == 1:
         raise SpecError(f"--bootstrap must be 0 or at least 2, got {args.bootstrap}")
-    if not 0 < args.confidence < 1:
-        raise SpecError(f"--confidence must lie in (0, 1), got {args.confidence}")
-    if not 0 < args.alpha < 1:
-        raise SpecError(f"--alpha must lie in (0, 1), got {args.alpha}")
+    for option, value in (("--confidence", args.confidence), ("--alpha", args.alpha)):
+        if not 0 < value < 1:
+            raise SpecError(f"{option} must lie in (0, 1), got {value}")
     if args.threads is not None and args.threads < 1:
         raise SpecError(f"--threads must be at least 1, got {args.threads}")
     if args.obsm_key is not None and (args.space is not None or args.layer is not None):

@@ -98,6 +98,7 @@ def _page(
         f"\u00b1{CALIBRATED_LIMIT:g}",
         fontsize=9,
     )
+    fig.set_label(f"Per-perturbation scores, page {number} of {total}: {', '.join(protocols)}.")
     return fig
 
 
@@ -128,14 +129,10 @@ def per_perturbation_figures(result: Any) -> dict[str, Figure]:
     pages = [
         protocols[i : i + PROTOCOLS_PER_PAGE] for i in range(0, len(protocols), PROTOCOLS_PER_PAGE)
     ]
-    figures = {}
-    for number, chosen in enumerate(pages, start=1):
-        fig = _page(result, chosen, entries, value, number, len(pages))
-        fig.set_label(
-            f"Per-perturbation scores, page {number} of {len(pages)}: {', '.join(chosen)}."
-        )
-        figures[f"per_perturbation_{number}"] = fig
-    return figures
+    return {
+        f"per_perturbation_{number}": _page(result, chosen, entries, value, number, len(pages))
+        for number, chosen in enumerate(pages, start=1)
+    }
 
 
 def versus_figure(result: Any) -> Figure | None:

@@ -86,17 +86,13 @@ def _board_cells(
     """Each leaderboard row's cells: text escaped, ``missing`` for no value, ``best`` marked."""
     return [
         [
-            _cell(column, text, escape, missing, best if is_best else "{}")
+            (best if is_best else "{}").format(
+                escape(text) if column in TEXT_COLUMNS else missing if text == MISSING else text
+            )
             for column, text, is_best in cells
         ]
         for _, cells in board_rows(board, columns)
     ]
-
-
-def _cell(column: str, text: str, escape: Callable[[str], str], missing: str, mark: str) -> str:
-    if column in TEXT_COLUMNS:
-        return mark.format(escape(text))
-    return mark.format(missing if text == MISSING else text)
 
 
 def _markdown_rows(board: Any, columns: list[str], excluded: set[str]) -> list[str]:

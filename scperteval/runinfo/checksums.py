@@ -103,11 +103,9 @@ def dataset_checksum(dataset: Any) -> str:
     digest.update("\x1f".join(dataset.var_names).encode())
     digest.update("\x1f".join(dataset.perturbation_labels.tolist()).encode())
     for _, block in dataset.iter_chunks():
-        values = block.data if hasattr(block, "data") and hasattr(block, "indices") else block
-        digest.update(np.ascontiguousarray(values).tobytes())
-        if hasattr(block, "indices"):
-            digest.update(np.ascontiguousarray(block.indices).tobytes())
-            digest.update(np.ascontiguousarray(block.indptr).tobytes())
+        sparse = hasattr(block, "data") and hasattr(block, "indices")
+        for part in (block.data, block.indices, block.indptr) if sparse else (block,):
+            digest.update(np.ascontiguousarray(part).tobytes())
     return "md5-memory:" + digest.hexdigest()
 
 
