@@ -119,18 +119,16 @@ def number(value: Any, spec: str = ".3f") -> str:
     return format(float(value) + 0.0, spec)
 
 
-def cell_text(column: str, value: Any, spec: str = "sig3") -> str:
-    """Text of one leaderboard cell: names as they are, ranks as integers, numbers by ``spec``.
+def cell_text(column: str, value: Any) -> str:
+    """Text of one leaderboard cell: names as they are, ranks as integers, numbers rounded.
 
-    ``spec`` ``sig3`` (the default) writes 3 significant digits (:func:`significant`).
+    Numbers are written with 3 significant digits (:func:`significant`).
     """
     if column in TEXT_COLUMNS:
         return str(value)
     if column in ("rank", "population_rank"):
         return MISSING if is_missing(value) else str(int(value))
-    if spec == "sig3":
-        return significant(value)
-    return number(value, spec)
+    return significant(value)
 
 
 def best_cells(board: Any) -> Callable[[str, Any], bool]:

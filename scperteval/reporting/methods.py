@@ -111,15 +111,8 @@ def methods_text(result: Any) -> str:
             "mode collapse (the spread of predicted profiles across perturbations below 2% of "
             "the truth's) and leakage (predicted cells identical to the truth's).",
         ]
-    lines += [
-        "",
-        "Software: "
-        + ", ".join(
-            [f"scperteval {__version__}", f"Python {platform.python_version()}"]
-            + [f"{name} {_version(name)}" for name in PACKAGES]
-        )
-        + ".",
-    ]
-    lines += ["", "## References", ""]
+    software = [f"scperteval {__version__}", f"Python {platform.python_version()}"]
+    software += [f"{name} {_version(name)}" for name in PACKAGES]
+    lines += ["", f"Software: {', '.join(software)}.", "", "## References", ""]
     lines += [f"- {reference}" for reference in REFERENCES]
     return "\n".join(lines) + "\n"

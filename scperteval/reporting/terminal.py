@@ -63,10 +63,7 @@ def verdict_lines(verdicts: dict[str, str], trusted: list[str]) -> list[str]:
     """
     chosen = set(trusted)
     untrusted = [protocol for protocol in verdicts if protocol not in chosen]
-    lines = []
-    if untrusted:
-        lines.append(TRUST_TERMS)
-        lines += [f"  {protocol}: {verdicts[protocol]}" for protocol in untrusted]
+    lines = [TRUST_TERMS, *(f"  {p}: {verdicts[p]}" for p in untrusted)] if untrusted else []
     n_trusted = len(verdicts) - len(untrusted)
     lines.append(
         f"{n_trusted} of {len(verdicts)} protocols trusted (every verdict with its "
