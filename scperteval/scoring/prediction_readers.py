@@ -267,11 +267,7 @@ def _from_frame(
         covariates = frame[covariate_key].astype(str).to_numpy()
         label_columns.append(covariate_key)
     values = frame.drop(columns=label_columns)
-    non_numeric = [
-        c
-        for c, dtype in zip(values.columns, values.dtypes, strict=True)
-        if not pd.api.types.is_numeric_dtype(dtype)
-    ]
+    non_numeric = [c for c, t in values.dtypes.items() if not pd.api.types.is_numeric_dtype(t)]
     if non_numeric:
         raise DatasetError(
             f"{where}: column(s) {listing([str(c) for c in non_numeric])} are not numeric; "
