@@ -48,11 +48,8 @@ def dataset_label(info: Mapping[str, Any]) -> str:
     name = Path(str(info.get("input", "data"))).stem or "data"
     subset = (info.get("dataset_options") or {}).get("subset") or {}
     if subset:
-        parts = []
-        for key, values in subset.items():
-            values = values if isinstance(values, list | tuple) else [values]
-            parts.append(f"{key}={'|'.join(map(str, values))}")
-        name += "[" + ",".join(parts) + "]"
+        listed = {k: v if isinstance(v, list | tuple) else [v] for k, v in subset.items()}
+        name += "[" + ",".join(f"{k}={'|'.join(map(str, v))}" for k, v in listed.items()) + "]"
     return name
 
 

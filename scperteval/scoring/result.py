@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -157,18 +157,8 @@ class ScoreResult:
         info: dict[str, Any],
     ) -> ScoreResult:
         """A run's result from its derived tables (:func:`~scperteval.scoring.derive.derive`)."""
-        return cls(
-            results=derived.results,
-            calibration=derived.calibration,
-            protocols=protocols,
-            aggregates=derived.aggregates,
-            leaderboard=derived.leaderboard,
-            tests=derived.tests,
-            thresholds=thresholds,
-            info=info,
-            pairs=derived.pairs,
-            wins=derived.wins,
-        )
+        tables = {f.name: getattr(derived, f.name) for f in fields(derived)}
+        return cls(protocols=protocols, thresholds=thresholds, info=info, **tables)
 
 
 def write_tables(folder: Path, tables: Mapping[str, pd.DataFrame]) -> None:
