@@ -115,11 +115,8 @@ def _per_fold_inputs(name: str, value: Any, folds: FoldPlan) -> dict[str, Any] |
     unknown = sorted(set(given) - set(expected))
     lacking = [fold for fold in expected if fold not in given]
     if unknown or lacking:
-        parts = []
-        if unknown:
-            parts.append(f"{', '.join(map(repr, unknown))} not a fold of the split")
-        if lacking:
-            parts.append(f"no file for fold(s) {', '.join(map(repr, lacking))}")
+        parts = [f"{', '.join(map(repr, unknown))} not a fold of the split"] if unknown else []
+        parts += [f"no file for fold(s) {', '.join(map(repr, lacking))}"] if lacking else []
         raise DatasetError(
             f"prediction {name!r}: the per-fold files in {where} do not match the split's "
             f"folds ({', '.join(map(repr, expected))}): {'; '.join(parts)}"
@@ -160,12 +157,9 @@ def _merged(name: str, parts: list[Prediction]) -> Prediction:
         matrix: Any = sp.vstack([sp.csr_matrix(m) for m in matrices], format="csr")
     else:
         matrix = np.vstack([np.asarray(m) for m in matrices])
-    rows: dict[int, np.ndarray] = {}
-    offset = 0
-    for part in parts:
-        for condition, numbers in part.rows.items():
-            rows[condition] = numbers + offset
-        offset += part.matrix.shape[0]
+    # Each file's row numbers follow those of the files before it.
+    starts = np.cumsum([0, *(part.matrix.shape[0] for part in parts)]).tolist()
+    rows = {k: r + s for p, s in zip(parts, starts, strict=False) for k, r in p.rows.items()}
     notes = list(dict.fromkeys(note for part in parts for note in part.notes))
     return Prediction(
         name=name,
