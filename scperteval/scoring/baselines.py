@@ -67,22 +67,17 @@ T = TypeVar("T")
 
 def baseline_candidates(engine: Engine, names: tuple[str, ...] = BASELINES) -> list[Candidate]:
     """Candidates for the built-in baselines (``additive`` only when combinations exist)."""
-    has_combinations = any(c.is_combination for c in engine.context.layout.conditions)
-    candidates = []
-    for name in names:
-        if name == "additive" and not has_combinations:
-            continue
-        if name == "linear":
-            candidates.append(Candidate("baseline", name, linear_baseline))
-        elif name == CELL_EVAL_MEAN:
-            candidates.append(Candidate("baseline", name, cell_eval_mean_baseline))
-        elif name == "technical_duplicate" and engine.truth_half == "all":
-            continue
-        elif name == "interpolated_duplicate" and engine.truth_half == "all":
-            continue
-        else:
-            candidates.append(Candidate("baseline", name, _source_getter(name)))
-    return candidates
+    skipped = set()
+    if not any(c.is_combination for c in engine.context.layout.conditions):
+        skipped.add("additive")
+    if engine.truth_half == "all":
+        skipped.update(("technical_duplicate", "interpolated_duplicate"))
+    own = {"linear": linear_baseline, CELL_EVAL_MEAN: cell_eval_mean_baseline}
+    return [
+        Candidate("baseline", name, own.get(name) or _source_getter(name))
+        for name in names
+        if name not in skipped
+    ]
 
 
 def _source_getter(name: str):  # type: ignore[no-untyped-def]
