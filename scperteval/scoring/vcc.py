@@ -164,17 +164,12 @@ def vcc_scores(
     return table
 
 
-def _challenge_definitions() -> dict[str, tuple[str, ...]]:
-    from scperteval.engine.suites import resolve_protocols
-
-    return {
-        p.name: tuple(str(p.describe()[k]) for k in _DEFINING) for p in resolve_protocols("vcc2025")
-    }
-
-
 def _differing(described: Iterable[dict[str, Any]]) -> list[str]:
     """Challenge terms among ``described`` that are defined otherwise than in ``vcc2025``."""
-    expected = _challenge_definitions()
+    from scperteval.engine.suites import resolve_protocols
+
+    challenge = resolve_protocols("vcc2025")
+    expected = {p.name: tuple(str(p.describe()[k]) for k in _DEFINING) for p in challenge}
     return sorted(
         str(row["protocol"])
         for row in described
