@@ -119,12 +119,7 @@ def across_datasets(
 
     """
     datasets = list(order) if order is not None else list(results)
-    frames = []
-    for label in datasets:
-        board = results[label].leaderboard
-        frame = board.headline.copy()
-        frame.insert(2, "dataset", label)
-        frames.append(frame)
+    frames = [results[label].leaderboard.headline.assign(dataset=label) for label in datasets]
     long = pd.concat(frames, ignore_index=True)[list(LONG_COLUMNS)]
     kinds = long.drop_duplicates("model").set_index("model")["kind"]
     scores = long.pivot_table(

@@ -146,21 +146,16 @@ class Prediction:
 
     def record(self) -> dict[str, Any]:
         """What ``run.json`` keeps about the model."""
+        groups = [
+            f"{len(r)} cells" + ("" if c == "all" else f" in {c}") for c, r in self.controls.items()
+        ]
         return {
             "read": self.description,
             "coverage": self.coverage,
             "missing": [f"{c}/{p}" for c, p in self.missing],
             "pseudobulk": self.pseudobulk,
             "delta": self.delta,
-            "control": (
-                "predicted: "
-                + ", ".join(
-                    f"{len(rows)} cells" if c == "all" else f"{len(rows)} cells in {c}"
-                    for c, rows in self.controls.items()
-                )
-                if self.controls
-                else "measured"
-            ),
+            "control": ("predicted: " + ", ".join(groups)) if groups else "measured",
             "notes": list(self.notes),
         }
 
