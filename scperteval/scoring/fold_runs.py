@@ -56,15 +56,11 @@ def run_folds(results: pd.DataFrame, options: Mapping[str, Any]) -> tuple[str, .
     else:
         records = options.get("models") or {}
         names = models["covariate"].astype(str) + "/" + models["perturbation"].astype(str)
-        missing = pd.Series(
-            [
-                name in set((records.get(model) or {}).get("missing") or ())
-                for model, name in zip(models["source_name"], names, strict=True)
-            ],
-            index=models.index,
-            dtype=bool,
-        )
-        present = set(models.loc[~missing, FOLD_COLUMN].dropna().astype(str))
+        predicted = [
+            name not in set((records.get(model) or {}).get("missing") or ())
+            for model, name in zip(models["source_name"], names, strict=True)
+        ]
+        present = set(models.loc[predicted, FOLD_COLUMN].dropna().astype(str))
     return tuple(f for f in order if f in present) + tuple(sorted(present - set(order)))
 
 
