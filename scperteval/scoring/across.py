@@ -48,11 +48,8 @@ def dataset_label(info: Mapping[str, Any]) -> str:
     name = Path(str(info.get("input", "data"))).stem or "data"
     subset = (info.get("dataset_options") or {}).get("subset") or {}
     if subset:
-        parts = []
-        for key, values in subset.items():
-            values = values if isinstance(values, list | tuple) else [values]
-            parts.append(f"{key}={'|'.join(map(str, values))}")
-        name += "[" + ",".join(parts) + "]"
+        listed = {k: v if isinstance(v, list | tuple) else [v] for k, v in subset.items()}
+        name += "[" + ",".join(f"{k}={'|'.join(map(str, v))}" for k, v in listed.items()) + "]"
     return name
 
 
@@ -122,12 +119,7 @@ def across_datasets(
 
     """
     datasets = list(order) if order is not None else list(results)
-    frames = []
-    for label in datasets:
-        board = results[label].leaderboard
-        frame = board.headline.copy()
-        frame.insert(2, "dataset", label)
-        frames.append(frame)
+    frames = [results[label].leaderboard.headline.assign(dataset=label) for label in datasets]
     long = pd.concat(frames, ignore_index=True)[list(LONG_COLUMNS)]
     kinds = long.drop_duplicates("model").set_index("model")["kind"]
     scores = long.pivot_table(

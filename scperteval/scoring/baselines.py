@@ -25,8 +25,9 @@ included (it is not scored under a split).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import scipy.linalg as sla
@@ -61,26 +62,22 @@ BASELINES = (
 CELL_EVAL_MEAN = "cell_eval_mean"
 LINEAR_COMPONENTS = 10
 LINEAR_RIDGE = 0.1
+T = TypeVar("T")
 
 
 def baseline_candidates(engine: Engine, names: tuple[str, ...] = BASELINES) -> list[Candidate]:
     """Candidates for the built-in baselines (``additive`` only when combinations exist)."""
-    has_combinations = any(c.is_combination for c in engine.context.layout.conditions)
-    candidates = []
-    for name in names:
-        if name == "additive" and not has_combinations:
-            continue
-        if name == "linear":
-            candidates.append(Candidate("baseline", name, linear_baseline))
-        elif name == CELL_EVAL_MEAN:
-            candidates.append(Candidate("baseline", name, cell_eval_mean_baseline))
-        elif name == "technical_duplicate" and engine.truth_half == "all":
-            continue
-        elif name == "interpolated_duplicate" and engine.truth_half == "all":
-            continue
-        else:
-            candidates.append(Candidate("baseline", name, _source_getter(name)))
-    return candidates
+    skipped = set()
+    if not any(c.is_combination for c in engine.context.layout.conditions):
+        skipped.add("additive")
+    if engine.truth_half == "all":
+        skipped.update(("technical_duplicate", "interpolated_duplicate"))
+    own = {"linear": linear_baseline, CELL_EVAL_MEAN: cell_eval_mean_baseline}
+    return [
+        Candidate("baseline", name, own.get(name) or _source_getter(name))
+        for name in names
+        if name not in skipped
+    ]
 
 
 def _source_getter(name: str):  # type: ignore[no-untyped-def]
@@ -124,17 +121,24 @@ def linear_baseline(engine: Engine, condition: int) -> SourceData:
     it (the fit, or the reason it cannot be made, is kept by the engine); see
     :func:`fit_linear_baseline` for the definition.
     """
-    outcome = engine.memo(("baseline", "linear", condition), lambda: _outcome(engine, condition))
-    if isinstance(outcome, DegenerateInput):
-        raise outcome
-    return outcome
+    return _kept(
+        engine, ("baseline", "linear", condition), lambda: fit_linear_baseline(engine, condition)
+    )
 
 
-def _outcome(engine: Engine, condition: int) -> SourceData | DegenerateInput:
-    try:
-        return fit_linear_baseline(engine, condition)
-    except DegenerateInput as exc:
-        return exc
+def _kept(engine: Engine, key: Hashable, compute: Callable[[], T]) -> T:
+    """``compute()`` kept by the engine; a :class:`DegenerateInput` is kept and raised again."""
+
+    def outcome() -> T | DegenerateInput:
+        try:
+            return compute()
+        except DegenerateInput as exc:
+            return exc
+
+    kept = engine.memo(key, outcome)
+    if isinstance(kept, DegenerateInput):
+        raise kept
+    return kept
 
 
 def fit_linear_baseline(engine: Engine, condition: int) -> SourceData:
@@ -177,13 +181,7 @@ def fit_linear_baseline(engine: Engine, condition: int) -> SourceData:
     embedding = _loo_embedding(group, own_row, engine.threads)
     if embedding is None:
         embedding = _svd_embedding(deltas)
-    features, targets = [], []
-    for row, k in enumerate(others):
-        genes = engine.target_genes(k)
-        if genes.size:
-            features.append(embedding[genes].mean(axis=0))
-            targets.append(deltas[row])
-    fit = _ridge(embedding, group.control, features, targets)
+    fit = _ridge(engine, embedding, group.control, others, deltas)
     return SourceData(centroid=fit.predict(own_targets))
 
 
@@ -205,11 +203,19 @@ class _LinearFit:
 
 
 def _ridge(
+    engine: Engine,
     embedding: np.ndarray,
     control: np.ndarray,
-    features: list[np.ndarray],
-    targets: list[np.ndarray],
+    conditions: list[int],
+    deltas: np.ndarray,
 ) -> _LinearFit:
+    """The ridge fit on the conditions (rows of ``deltas``) with a measured target."""
+    features, targets = [], []
+    for row, k in enumerate(conditions):
+        genes = engine.target_genes(k)
+        if genes.size:
+            features.append(embedding[genes].mean(axis=0))
+            targets.append(deltas[row])
     if len(features) < 3:
         raise DegenerateInput(
             "linear baseline: fewer than 3 other perturbations with measured targets"
@@ -229,27 +235,15 @@ def _fold_prediction(engine: Engine, condition: int, own_targets: np.ndarray) ->
     assert engine.folds is not None
     fold = engine.folds.fold_name(condition)
 
-    def build() -> _LinearFit | DegenerateInput:
+    def build() -> _LinearFit:
         training = engine.training_conditions(condition)
         control = engine.control_mean(condition)
         deltas = engine.context.centroids("all")[training] - control
-        try:
-            if training.size == 0:
-                raise DegenerateInput("linear baseline: the fold has no training perturbations")
-            embedding = _svd_embedding(deltas)
-            features, targets = [], []
-            for row, k in enumerate(training.tolist()):
-                genes = engine.target_genes(k)
-                if genes.size:
-                    features.append(embedding[genes].mean(axis=0))
-                    targets.append(deltas[row])
-            return _ridge(embedding, control, features, targets)
-        except DegenerateInput as exc:
-            return exc
+        if training.size == 0:
+            raise DegenerateInput("linear baseline: the fold has no training perturbations")
+        return _ridge(engine, _svd_embedding(deltas), control, training.tolist(), deltas)
 
-    fit = engine.memo(("baseline", "linear_fold", fold, covariate), build)
-    if isinstance(fit, DegenerateInput):
-        raise fit
+    fit = _kept(engine, ("baseline", "linear_fold", fold, covariate), build)
     return SourceData(centroid=fit.predict(own_targets))
 
 

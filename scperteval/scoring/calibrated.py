@@ -47,12 +47,9 @@ def add_calibrated(results: pd.DataFrame, better: dict[str, str]) -> pd.DataFram
     wide = controls.pivot_table(
         index=keys, columns="source", values="value", aggfunc="first", dropna=False, observed=True
     )
-    for column in ("positive", "negative"):
-        if column not in wide:
-            wide[column] = np.nan
-    merged = results.merge(
-        wide[["positive", "negative"]].reset_index(), on=keys, how="left", validate="many_to_one"
-    )
+    # A control missing everywhere is a column of NaN.
+    bounds = wide.reindex(columns=["positive", "negative"]).reset_index()
+    merged = results.merge(bounds, on=keys, how="left", validate="many_to_one")
     direction = merged["protocol"].map(better).fillna("higher").to_numpy()
     calibrated = np.full(len(merged), np.nan)
     for sense in ("higher", "lower"):

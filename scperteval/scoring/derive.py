@@ -107,8 +107,7 @@ def derive(
         column = "calibrated"
     else:
         calibration = pd.DataFrame()
-        trusted, excluded = list(order), {}
-        verdicts = {}
+        trusted, excluded, verdicts = list(order), {}, {}
         with_calibrated = results.assign(calibrated=float("nan"))
         column = "value"
     entries = with_calibrated[with_calibrated["source"].isin(ENTRY_SOURCES)]

@@ -92,11 +92,6 @@ def collapse_ratio(predicted: np.ndarray, truth: np.ndarray, groups: np.ndarray)
     return predicted_spread / truth_spread
 
 
-def _row_keys(matrix: np.ndarray) -> set[bytes]:
-    rounded = np.ascontiguousarray(matrix, dtype=np.float32)
-    return {row.tobytes() for row in rounded}
-
-
 def leaked_share(
     model: Prediction, engine: Engine, conditions: Sequence[int], seed: int = 0
 ) -> float:
@@ -140,10 +135,10 @@ def leaked_share(
         rows = model.rows[k]
         if rows.size > LEAK_CELLS:
             rows = np.sort(rng.choice(rows, LEAK_CELLS, replace=False))
-        predicted = _dense(model.matrix[rows])
-        truth = _row_keys(_dense(context.dataset.rows(context.layout.positions(k, "all"))))
-        keys = np.ascontiguousarray(predicted, dtype=np.float32)
-        hits += sum(row.tobytes() in truth for row in keys)
+        predicted = np.ascontiguousarray(_dense(model.matrix[rows]), dtype=np.float32)
+        cells = _dense(context.dataset.rows(context.layout.positions(k, "all")))
+        truth = {row.tobytes() for row in np.ascontiguousarray(cells, dtype=np.float32)}
+        hits += sum(row.tobytes() in truth for row in predicted)
         checked += int(rows.size)
     return hits / checked if checked else float("nan")
 

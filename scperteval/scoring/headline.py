@@ -114,15 +114,6 @@ def headline_matrix(
     return wide.reindex(columns=protocols)
 
 
-def _aggregate(values: np.ndarray, aggregate: str, axis: int) -> np.ndarray:
-    with warnings.catch_warnings():
-        # An all-NaN protocol column has no aggregate; it is NaN and skipped.
-        warnings.simplefilter("ignore", RuntimeWarning)
-        if aggregate == "median":
-            return np.asarray(np.nanmedian(values, axis=axis))
-        return np.asarray(np.nanmean(values, axis=axis))
-
-
 def finite_aggregate(values: Any, how: str = "median") -> float:
     """The median or the mean of the finite values.
 
@@ -184,9 +175,10 @@ def headline_ci(
         return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
     rows = rng.integers(0, matrix.shape[0], size=(n_resamples, matrix.shape[0]))
-    per_protocol = _aggregate(matrix[rows], aggregate, axis=1)
     with warnings.catch_warnings():
+        # An all-NaN protocol column has no aggregate; it is NaN and skipped.
         warnings.simplefilter("ignore", RuntimeWarning)
+        per_protocol = (np.nanmedian if aggregate == "median" else np.nanmean)(matrix[rows], axis=1)
         stats = np.nanmedian(per_protocol, axis=1)
     stats = stats[np.isfinite(stats)]
     if not stats.size:

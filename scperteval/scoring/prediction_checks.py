@@ -145,9 +145,9 @@ def check_totals(
             rows = f", {below_zero} row(s) summing to less than 0," if below_zero else ""
             raise DatasetError(
                 f"{where}: {n_negative} negative value(s) (minimum {low:g}, "
-                f"{_share(n_negative, n_values)} of the values){rows} and a total expression "
-                f"{ratio:.3g} times the control cells' look like changes from the control; "
-                f"if the model predicts changes, declare it {declare}"
+                f"{percent(n_negative / n_values if n_values else 0.0)} of the values){rows} and a "
+                f"total expression {ratio:.3g} times the control cells' look like changes from the "
+                f"control; if the model predicts changes, declare it {declare}"
             )
         notes.append(
             f"{where}: {n_negative} negative value(s) (minimum {low:g}), impossible for "
@@ -167,11 +167,6 @@ def check_totals(
             f"the control cells' {expected.mean():.4g}; check that it is on the truth's "
             "scale (and its genes are the truth's)"
         )
-
-
-def _share(count: int, total: int) -> str:
-    """``count / total`` as a person writes a share: ``"12%"``, ``"<0.1%"``."""
-    return percent(count / total if total else 0.0)
 
 
 #: Rows of a prediction read at a time by :func:`check_totals`.

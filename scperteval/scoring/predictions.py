@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -113,14 +113,10 @@ class Prediction:
         rows = self._rows(engine, condition, self.rows[condition])
         codes = np.zeros(rows.shape[0], dtype=np.int64)
         moments = GroupStats.from_chunk(rows, codes, 1, engine.threads.serial())
+        # One row per perturbation: a centroid, no cells for population protocols.
+        cells = {} if self.pseudobulk else {"rows": rows, "moments": moments}
         control = self._own_control(engine, condition)
-        if self.pseudobulk:
-            # One row per perturbation: a centroid, no cells for population protocols.
-            source = SourceData(centroid=moments.mean[0], control=control)
-        else:
-            source = SourceData(
-                centroid=moments.mean[0], rows=rows, moments=moments, control=control
-            )
+        source = SourceData(centroid=moments.mean[0], control=control, **cells)
         self._sources[condition] = source
         return source
 
@@ -150,21 +146,16 @@ class Prediction:
 
     def record(self) -> dict[str, Any]:
         """What ``run.json`` keeps about the model."""
+        groups = [
+            f"{len(r)} cells" + ("" if c == "all" else f" in {c}") for c, r in self.controls.items()
+        ]
         return {
             "read": self.description,
             "coverage": self.coverage,
             "missing": [f"{c}/{p}" for c, p in self.missing],
             "pseudobulk": self.pseudobulk,
             "delta": self.delta,
-            "control": (
-                "predicted: "
-                + ", ".join(
-                    f"{len(rows)} cells" if c == "all" else f"{len(rows)} cells in {c}"
-                    for c, rows in self.controls.items()
-                )
-                if self.controls
-                else "measured"
-            ),
+            "control": ("predicted: " + ", ".join(groups)) if groups else "measured",
             "notes": list(self.notes),
         }
 
@@ -195,16 +186,11 @@ def prediction_inputs(spec: Any) -> dict[str, Any]:
     if isinstance(spec, Mapping):
         result = dict(spec)
     elif isinstance(spec, (str, os.PathLike)) and Path(spec).is_dir():
-        files = sorted(f for f in Path(spec).iterdir() if f.suffix.lower() in PREDICTION_SUFFIXES)
-        if not files:
+        result = _by_stem(spec, lambda stem: f"model name {stem!r} given twice (in folder {spec})")
+        if not result:
             raise DatasetError(
                 f"no prediction files ({', '.join(PREDICTION_SUFFIXES)}) in folder {spec}"
             )
-        result = {}
-        for file in files:
-            if file.stem in result:
-                raise DatasetError(f"model name {file.stem!r} given twice (in folder {spec})")
-            result[file.stem] = file
     elif isinstance(spec, (str, os.PathLike)) or not isinstance(spec, Collection):
         result = _named_items([spec])
     else:
@@ -213,6 +199,17 @@ def prediction_inputs(spec: Any) -> dict[str, Any]:
         if not isinstance(name, str) or not name.strip():
             raise DatasetError(f"model names must be non-empty strings, got {name!r}")
     return {_encodable(name): value for name, value in result.items()}
+
+
+def _by_stem(folder: Any, twice: Callable[[str], str]) -> dict[str, Path]:
+    """A folder's prediction files by stem, in name order; ``twice(stem)``: a repeated stem."""
+    listed = sorted(f for f in Path(folder).iterdir() if f.suffix.lower() in PREDICTION_SUFFIXES)
+    files: dict[str, Path] = {}
+    for file in listed:
+        if file.stem in files:
+            raise DatasetError(twice(file.stem))
+        files[file.stem] = file
+    return files
 
 
 def _encodable(name: str) -> str:
@@ -240,19 +237,18 @@ def _named_items(items: list[Any]) -> dict[str, Any]:
             )
         text = str(item)
         if Path(text).is_dir():
-            for name, value in prediction_inputs(text).items():
-                if name in result:
-                    raise DatasetError(f"model name {name!r} given twice")
-                result[name] = value
-            continue
-        name, sep, path = text.partition("=")
-        _check_named_path(text, name, sep, path)
-        # NAME=PATH names a model; an '=' inside a folder name is part of the path.
-        if not sep or os.sep in name or "/" in name or Path(text).exists():
-            name, path = Path(text).stem, text
-        if name in result:
-            raise DatasetError(f"model name {name!r} given twice")
-        result[name] = path
+            named = prediction_inputs(text)
+        else:
+            name, sep, path = text.partition("=")
+            _check_named_path(text, name, sep, path)
+            # NAME=PATH names a model; an '=' inside a folder name is part of the path.
+            if not sep or os.sep in name or "/" in name or Path(text).exists():
+                name, path = Path(text).stem, text
+            named = {name: path}
+        for name, value in named.items():
+            if name in result:
+                raise DatasetError(f"model name {name!r} given twice")
+            result[name] = value
     return result
 
 

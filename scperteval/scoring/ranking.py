@@ -28,6 +28,7 @@ everywhere, 0 loses everywhere, higher is better in both modes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -127,7 +128,8 @@ def ranking_coverage(
     """
     own = {name: entry_coverage(matrices[name], protocols) for name in matrices}
     if not models:
-        rows = _union([own[n].rows for n in own])
+        indexes = [own[n].rows for n in own] or [pd.Index([])]
+        rows = functools.reduce(lambda a, b: a.union(b, sort=False), indexes)
         return Coverage(list(protocols), rows)
     shared = [p for p in protocols if all(p in own[m].protocols for m in models)]
     if shared:
@@ -139,15 +141,6 @@ def ranking_coverage(
             return common
     best = max(models, key=lambda m: (len(own[m].protocols), len(own[m].rows), m))
     return Coverage(own[best].protocols, own[best].rows, shared=False)
-
-
-def _union(indexes: Sequence[pd.Index]) -> pd.Index:
-    if not indexes:
-        return pd.Index([])
-    out = indexes[0]
-    for index in indexes[1:]:
-        out = out.union(index, sort=False)
-    return out
 
 
 def scores_on(

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -16,7 +17,7 @@ from scperteval.reporting import write_reports
 from scperteval.runinfo import write_atomic, write_run_json
 from scperteval.scoring.derive import Derived
 
-__all__ = ["PROTOCOL_FILE", "RESULT_FILE", "RUN_FILE", "ScoreResult"]
+__all__ = ["PROTOCOL_FILE", "RESULT_FILE", "RUN_FILE", "ScoreResult", "write_tables"]
 
 PAIRS_FILE = "pairwise_tests.csv"
 WINS_FILE = "win_tie_loss.csv"
@@ -126,31 +127,24 @@ class ScoreResult:
 
         """
         folder = Path(folder)
-        write_atomic(folder / RESULT_FILE, lambda p: self.results.to_parquet(p, index=False))
-        write_atomic(folder / PROTOCOL_FILE, lambda p: self.protocols.to_csv(p, index=False))
-        if not self.calibration.empty:
-            write_atomic(
-                folder / "calibration.csv", lambda p: self.calibration.to_csv(p, index=False)
-            )
-        write_atomic(folder / "aggregates.csv", lambda p: self.aggregates.to_csv(p, index=False))
-        write_atomic(folder / "tests.csv", lambda p: self.tests.to_csv(p, index=False))
-        write_atomic(folder / PAIRS_FILE, lambda p: self.pairs.to_csv(p, index=False))
-        write_atomic(folder / WINS_FILE, lambda p: self.wins.to_csv(p, index=False))
-        failures = failure_counts(self.results)
-        write_atomic(folder / "failures.csv", lambda p: failures.to_csv(p, index=False))
         board = self.leaderboard
-        write_atomic(folder / "leaderboard.csv", lambda p: board.headline.to_csv(p, index=False))
-        wide = board.table[["model", "kind", *board.protocols]]
-        write_atomic(folder / PROTOCOL_SCORES_FILE, lambda p: wide.to_csv(p, index=False))
-        for file, table in SPLIT_FILES.items():
-            frame: pd.DataFrame = getattr(self, table)
-            if not frame.empty:
-                write_atomic(folder / file, functools.partial(_write_csv, frame))
-        if not self.criterion_values.empty:
-            values = self.criterion_values
-            write_atomic(
-                folder / CRITERION_VALUES_FILE, lambda p: values.to_parquet(p, index=False)
-            )
+        optional = {
+            "calibration.csv": self.calibration,
+            **{file: getattr(self, table) for file, table in SPLIT_FILES.items()},
+            CRITERION_VALUES_FILE: self.criterion_values,
+        }
+        tables = {
+            RESULT_FILE: self.results,
+            PROTOCOL_FILE: self.protocols,
+            "aggregates.csv": self.aggregates,
+            "tests.csv": self.tests,
+            PAIRS_FILE: self.pairs,
+            WINS_FILE: self.wins,
+            "failures.csv": failure_counts(self.results),
+            "leaderboard.csv": board.headline,
+            PROTOCOL_SCORES_FILE: board.table[["model", "kind", *board.protocols]],
+        }
+        write_tables(folder, {**tables, **{f: t for f, t in optional.items() if not t.empty}})
         write_reports(self, folder, figures=figures, progress=progress)
         write_run_json(folder / RUN_FILE, self.info.get("command", "score"), self.info)
 
@@ -163,19 +157,21 @@ class ScoreResult:
         info: dict[str, Any],
     ) -> ScoreResult:
         """A run's result from its derived tables (:func:`~scperteval.scoring.derive.derive`)."""
-        return cls(
-            results=derived.results,
-            calibration=derived.calibration,
-            protocols=protocols,
-            aggregates=derived.aggregates,
-            leaderboard=derived.leaderboard,
-            tests=derived.tests,
-            thresholds=thresholds,
-            info=info,
-            pairs=derived.pairs,
-            wins=derived.wins,
-        )
+        tables = {f.name: getattr(derived, f.name) for f in fields(derived)}
+        return cls(protocols=protocols, thresholds=thresholds, info=info, **tables)
 
 
-def _write_csv(frame: pd.DataFrame, path: Path) -> None:
-    frame.to_csv(path, index=False)
+def write_tables(folder: Path, tables: Mapping[str, pd.DataFrame]) -> None:
+    """Write tables atomically into a folder, without their index.
+
+    Parameters
+    ----------
+    folder
+        The output folder.
+    tables
+        File name to table; a ``.parquet`` name is written as Parquet, any other as CSV.
+
+    """
+    for file, table in tables.items():
+        write = table.to_parquet if file.endswith(".parquet") else table.to_csv
+        write_atomic(folder / file, functools.partial(write, index=False))

@@ -20,8 +20,7 @@ import scipy.sparse as sp
 from scperteval.data.dataset import Dataset
 from scperteval.engine.folds import FoldPlan
 from scperteval.errors import DatasetError, SpecError
-from scperteval.scoring.prediction_readers import PREDICTION_SUFFIXES
-from scperteval.scoring.predictions import Prediction, load_predictions, prediction_inputs
+from scperteval.scoring.predictions import Prediction, _by_stem, load_predictions, prediction_inputs
 
 __all__ = ["load_split_predictions"]
 
@@ -106,25 +105,18 @@ def _per_fold_inputs(name: str, value: Any, folds: FoldPlan) -> dict[str, Any] |
         given = {str(fold): part for fold, part in value.items()}
         where = "the mapping"
     elif isinstance(value, (str, Path)) and Path(value).is_dir():
-        files = sorted(f for f in Path(value).iterdir() if f.suffix.lower() in PREDICTION_SUFFIXES)
-        given = {}
-        for file in files:
-            if file.stem in given:
-                raise DatasetError(
-                    f"prediction {name!r}: two files for fold {file.stem!r} in folder {value}"
-                )
-            given[file.stem] = file
+        given = _by_stem(
+            value,
+            lambda stem: f"prediction {name!r}: two files for fold {stem!r} in folder {value}",
+        )
         where = f"folder {value}"
     else:
         return None
     unknown = sorted(set(given) - set(expected))
     lacking = [fold for fold in expected if fold not in given]
     if unknown or lacking:
-        parts = []
-        if unknown:
-            parts.append(f"{', '.join(map(repr, unknown))} not a fold of the split")
-        if lacking:
-            parts.append(f"no file for fold(s) {', '.join(map(repr, lacking))}")
+        parts = [f"{', '.join(map(repr, unknown))} not a fold of the split"] if unknown else []
+        parts += [f"no file for fold(s) {', '.join(map(repr, lacking))}"] if lacking else []
         raise DatasetError(
             f"prediction {name!r}: the per-fold files in {where} do not match the split's "
             f"folds ({', '.join(map(repr, expected))}): {'; '.join(parts)}"
@@ -149,17 +141,13 @@ def _refuse_training(model: Prediction, layout: Any, folds: FoldPlan, fold: str 
             )
         owner = folds.split.folds[held_by]
         if fold is not None and owner != fold:
-            trains = _trains(folds, fold, target)
+            trains = (target.covariate, target.perturbation) in folds.split.train[fold]
             trained = " (a training perturbation of that fold)" if trains else ""
             raise DatasetError(
                 f"prediction {model.name!r}: the file for fold {fold!r} predicts {label}{trained}, "
                 f"held out by fold {owner!r}: each fold's file predicts that fold's test "
                 "perturbations only"
             )
-
-
-def _trains(folds: FoldPlan, fold: str, target: Any) -> bool:
-    return (target.covariate, target.perturbation) in folds.split.train[fold]
 
 
 def _merged(name: str, parts: list[Prediction]) -> Prediction:
@@ -169,12 +157,9 @@ def _merged(name: str, parts: list[Prediction]) -> Prediction:
         matrix: Any = sp.vstack([sp.csr_matrix(m) for m in matrices], format="csr")
     else:
         matrix = np.vstack([np.asarray(m) for m in matrices])
-    rows: dict[int, np.ndarray] = {}
-    offset = 0
-    for part in parts:
-        for condition, numbers in part.rows.items():
-            rows[condition] = numbers + offset
-        offset += part.matrix.shape[0]
+    # Each file's row numbers follow those of the files before it.
+    starts = np.cumsum([0, *(part.matrix.shape[0] for part in parts)]).tolist()
+    rows = {k: r + s for p, s in zip(parts, starts, strict=False) for k, r in p.rows.items()}
     notes = list(dict.fromkeys(note for part in parts for note in part.notes))
     return Prediction(
         name=name,

@@ -164,17 +164,12 @@ def vcc_scores(
     return table
 
 
-def _challenge_definitions() -> dict[str, tuple[str, ...]]:
-    from scperteval.engine.suites import resolve_protocols
-
-    return {
-        p.name: tuple(str(p.describe()[k]) for k in _DEFINING) for p in resolve_protocols("vcc2025")
-    }
-
-
 def _differing(described: Iterable[dict[str, Any]]) -> list[str]:
     """Challenge terms among ``described`` that are defined otherwise than in ``vcc2025``."""
-    expected = _challenge_definitions()
+    from scperteval.engine.suites import resolve_protocols
+
+    challenge = resolve_protocols("vcc2025")
+    expected = {p.name: tuple(str(p.describe()[k]) for k in _DEFINING) for p in challenge}
     return sorted(
         str(row["protocol"])
         for row in described
@@ -239,9 +234,7 @@ def vcc_column(
         )
     if calibrated:
         return {}, "the challenge's score is defined on plain runs (--truth all)"
-    entries = results[
-        results["source"].isin(("model", "baseline")) & results["protocol"].isin(CHALLENGE_TERMS)
-    ]
+    entries = _challenge_rows(results)
     if CELL_EVAL_MEAN not in set(entries["source_name"]):
         return {}, f"its baseline {CELL_EVAL_MEAN!r} was not scored (baselines turned off)"
     # An entry without a single value of the terms (every one failed) has no score.
@@ -250,6 +243,12 @@ def vcc_column(
         return {}, f"its baseline {CELL_EVAL_MEAN!r} has no value of the challenge's terms"
     scores = vcc_scores(entries, baseline=CELL_EVAL_MEAN, models=scored)
     return {str(name): float(value) for name, value in scores["avg_score"].items()}, ""
+
+
+def _challenge_rows(results: pd.DataFrame) -> pd.DataFrame:
+    """The rows of models and baselines on the challenge's terms."""
+    entries = results["source"].isin(("model", "baseline"))
+    return results[entries & results["protocol"].isin(CHALLENGE_TERMS)]
 
 
 def unscored_terms(results: pd.DataFrame) -> dict[str, list[str]]:
@@ -267,10 +266,7 @@ def unscored_terms(results: pd.DataFrame) -> dict[str, list[str]]:
         whose mean over perturbations (by :func:`metric_means`) is NaN or absent.
 
     """
-    entries = results[
-        results["source"].isin(("model", "baseline")) & results["protocol"].isin(CHALLENGE_TERMS)
-    ]
-    means = metric_means(entries).reindex(columns=list(CHALLENGE_TERMS))
+    means = metric_means(_challenge_rows(results)).reindex(columns=list(CHALLENGE_TERMS))
     return {
         str(name): [t for t in CHALLENGE_TERMS if not np.isfinite(float(row[t]))]
         for name, row in means.iterrows()
@@ -306,7 +302,6 @@ def add_vcc_column(
             f"{CELL_EVAL_MEAN} (1 - u/b for mae, (u - b)/(1 - b) for the others, NaN and "
             "negative values as 0)."
         )
-    if not reason:
         unscored = unscored_terms(results)
         board.table[VCC_UNSCORED_COLUMN] = [
             "; ".join(unscored.get(str(n), [])) or "none" if str(n) in scores else "-"

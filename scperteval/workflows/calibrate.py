@@ -16,7 +16,8 @@ from scperteval.engine.failures import failure_counts, failure_lines
 from scperteval.engine.population_cap import DEFAULT_MAX_POPULATION_CELLS, NO_CAP
 from scperteval.errors import SpecError
 from scperteval.outputs import staged_output
-from scperteval.runinfo import Timer, write_atomic, write_run_json
+from scperteval.runinfo import Timer, write_run_json
+from scperteval.scoring.result import write_tables
 from scperteval.scoring.trust import MIN_PERTURBATIONS, apply_evidence
 from scperteval.scoring.verdict_changes import verdict_change_lines, verdict_changes
 from scperteval.splits.reading import read_split
@@ -146,18 +147,16 @@ class CalibrationResult:
         ``failures.csv`` (NaN values counted by protocol, candidate and reason);
         under a split also ``calibration_unsplit.csv`` and ``verdict_changes.csv``.
         """
-        folder = Path(folder)
-        write_atomic(folder / "results.parquet", lambda p: self.results.to_parquet(p, index=False))
-        write_atomic(folder / "calibration.csv", lambda p: self.calibration.to_csv(p, index=False))
-        write_atomic(folder / "protocols.csv", lambda p: self.protocols.to_csv(p, index=False))
-        failures = failure_counts(self.results)
-        write_atomic(folder / "failures.csv", lambda p: failures.to_csv(p, index=False))
+        tables = {
+            "results.parquet": self.results,
+            "calibration.csv": self.calibration,
+            "protocols.csv": self.protocols,
+            "failures.csv": failure_counts(self.results),
+        }
         if not self.verdict_changes.empty:
-            unsplit, changes = self.unsplit_calibration, self.verdict_changes
-            write_atomic(
-                folder / "calibration_unsplit.csv", lambda p: unsplit.to_csv(p, index=False)
-            )
-            write_atomic(folder / "verdict_changes.csv", lambda p: changes.to_csv(p, index=False))
+            tables["calibration_unsplit.csv"] = self.unsplit_calibration
+            tables["verdict_changes.csv"] = self.verdict_changes
+        write_tables(Path(folder), tables)
 
 
 def calibrate(

@@ -245,25 +245,13 @@ def score(
     if split is not None:
         engine.use_split(read_split(split, dataset))
         folds = engine.folds
+    reading: dict[str, Any] = {"allow_missing": allow_missing, "deltas": deltas, "control": control}
     with timer.step("predictions"):
         if folds is None:
-            models = load_predictions(
-                predictions,
-                dataset,
-                engine.context.layout,
-                allow_missing,
-                deltas=deltas,
-                control=control,
-            )
+            models = load_predictions(predictions, dataset, engine.context.layout, **reading)
         else:
             models = load_split_predictions(
-                predictions,
-                dataset,
-                engine.context.layout,
-                folds,
-                allow_missing,
-                deltas=deltas,
-                control=control,
+                predictions, dataset, engine.context.layout, folds, **reading
             )
     candidates = _candidates(engine, truth, models, baseline_names)
     extra = criterion_protocols(chosen) if folds is not None else []
