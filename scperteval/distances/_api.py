@@ -63,8 +63,7 @@ def _batchable(measure: Distance) -> bool:
 def _stack(measure: PairKernelDistance, groups: Sequence[Group]) -> tuple[np.ndarray, np.ndarray]:
     """The groups' cells one after the other, and the row where each starts (and the end)."""
     used = [measure.cells_of(g) for g in groups]
-    width = used[0].shape[1] if used else 0
-    stacked = np.vstack(used) if used else np.zeros((0, width))
+    stacked = np.vstack(used) if used else np.zeros((0, 0))
     offsets = np.concatenate([[0], np.cumsum([u.shape[0] for u in used])]).astype(np.int64)
     return stacked, offsets
 

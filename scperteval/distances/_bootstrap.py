@@ -73,9 +73,7 @@ def _within(
     matrix = measure.pair_matrix(cells)
     diagonal = measure.diagonal(cells)
     # Pairs of two draws of one cell hold k(c, c), like the diagonal.
-    full = np.einsum("bi,bi->b", counts @ matrix, counts)
-    diag = counts @ diagonal
-    return full, diag
+    return np.einsum("bi,bi->b", counts @ matrix, counts), counts @ diagonal
 
 
 def _kernel_replicates(

@@ -321,9 +321,8 @@ def permutation_test(
     table = against_reference(
         distance, adata, groupby, reference, groups, reading, 1, rows_of, columns
     )
-    table["pvalue_adj"] = adjust(table["pvalue"].to_numpy(), correction)
-    table["significant"] = table["pvalue_adj"] < alpha
-    table = table[["distance", "pvalue", "pvalue_adj", "significant", "n_cells", "n_reference"]]
+    table.insert(2, "pvalue_adj", adjust(table["pvalue"].to_numpy(), correction))
+    table.insert(3, "significant", table["pvalue_adj"] < alpha)
     table.attrs.update(
         {"metric": distance.name, "reference": reference, "n_permutations": int(n_permutations)}
     )
