@@ -31,7 +31,7 @@ import pandas as pd
 
 from scperteval.data.dataset import ALL_COVARIATES, Dataset
 from scperteval.errors import SpecError
-from scperteval.splits.split import Perturbation, Split
+from scperteval.splits.split import Perturbation, Split, _name
 from scperteval.splits.table import check_table_path
 
 __all__ = ["read_split", "ROLES"]
@@ -323,8 +323,3 @@ def _check_coverage(named: Iterable[Perturbation], kept: list[Perturbation], ori
 
 def _covariates(perturbations: Iterable[Perturbation]) -> set[str]:
     return {covariate for covariate, _ in perturbations}
-
-
-def _name(perturbation: tuple[Any, ...]) -> str:
-    covariate, label = perturbation
-    return repr(label) if covariate == ALL_COVARIATES else f"{label!r} ({covariate})"
