@@ -213,7 +213,8 @@ def against_reference(
 
     ``rows_of(covariate, by_label, measure, labels)`` gives the rows (dicts over
     ``columns``) of ``labels``, the groups of one covariate value other than the
-    reference; the other arguments are those of :func:`_compared`.
+    reference; the other arguments are those of :func:`_compared`. The table's
+    ``attrs`` name the distance and the reference.
     """
     rows: list[dict[str, Any]] = []
     keys: list[Any] = []
@@ -229,6 +230,7 @@ def against_reference(
         table.index = pd.Index(keys, name=groupby)
     else:
         table.index = pd.MultiIndex.from_tuples(keys, names=[covariate_key, groupby])
+    table.attrs.update({"metric": distance.name, "reference": reference})
     return table
 
 

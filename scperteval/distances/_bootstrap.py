@@ -199,9 +199,7 @@ def bootstrap(
     table = against_reference(
         distance, adata, groupby, reference, groups, reading, n_jobs, rows_of, columns
     )
-    table.attrs.update(
-        {"metric": distance.name, "reference": reference, "n_bootstrap": int(n_bootstrap)}
-    )
+    table.attrs["n_bootstrap"] = int(n_bootstrap)
     return table
 
 

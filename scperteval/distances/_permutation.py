@@ -323,7 +323,5 @@ def permutation_test(
     )
     table.insert(2, "pvalue_adj", adjust(table["pvalue"].to_numpy(), correction))
     table.insert(3, "significant", table["pvalue_adj"] < alpha)
-    table.attrs.update(
-        {"metric": distance.name, "reference": reference, "n_permutations": int(n_permutations)}
-    )
+    table.attrs["n_permutations"] = int(n_permutations)
     return table
