@@ -527,17 +527,14 @@ def normalize_log1p(block: Any, target_sum: float = 1e4) -> Any:
         Float64 log-normalised values, same sparsity as the input.
 
     """
-    if sp.issparse(block):
-        matrix = sp.csr_matrix(block, dtype=np.float64, copy=True)
-        totals = _row_totals(matrix)
-        scale = np.divide(target_sum, totals, out=np.zeros_like(totals), where=totals > 0)
-        matrix.data *= np.repeat(scale, np.diff(matrix.indptr))
-        np.log1p(matrix.data, out=matrix.data)
-        return matrix
-    dense = np.asarray(block, dtype=np.float64)
-    totals = _row_totals(sp.csr_matrix(dense))[:, None]
+    matrix = sp.csr_matrix(block, dtype=np.float64, copy=True)
+    totals = _row_totals(matrix)
     scale = np.divide(target_sum, totals, out=np.zeros_like(totals), where=totals > 0)
-    return np.log1p(dense * scale)
+    if not sp.issparse(block):
+        return np.log1p(np.asarray(block, dtype=np.float64) * scale[:, None])
+    matrix.data *= np.repeat(scale, np.diff(matrix.indptr))
+    np.log1p(matrix.data, out=matrix.data)
+    return matrix
 
 
 def _row_totals(matrix: sp.csr_matrix) -> np.ndarray:
