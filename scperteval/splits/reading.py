@@ -90,20 +90,18 @@ def _read_table(path: Path) -> pd.DataFrame:
     check_table_path(path, writing=False)
     try:
         if path.suffix.lower() == ".parquet":
-            frame = pd.read_parquet(path)
-        else:
-            frame = pd.read_csv(
-                path,
-                sep="\t" if path.suffix.lower() == ".tsv" else ",",
-                dtype=str,
-                keep_default_na=False,
-            )
+            return pd.read_parquet(path)
+        return pd.read_csv(
+            path,
+            sep="\t" if path.suffix.lower() == ".tsv" else ",",
+            dtype=str,
+            keep_default_na=False,
+        )
     except Exception as exc:  # any reader failure is the file's fault, reported in one line
         raise SpecError(
             f"split table {str(path)!r}: cannot read as {path.suffix} "
             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
         ) from None
-    return frame
 
 
 def _obs_frame(column: str, dataset: Dataset) -> pd.DataFrame:
@@ -267,17 +265,13 @@ def _one_each(rows: pd.DataFrame, column: str, origin: str) -> dict[Perturbation
 
 def _per_fold(rows: pd.DataFrame, origin: str) -> Split:
     """A split given fold by fold: the role of each perturbation in each fold."""
-    test: dict[str, set[Perturbation]] = {}
-    train: dict[str, set[Perturbation]] = {}
+    test: dict[str, frozenset[Perturbation]] = {}
+    train: dict[str, frozenset[Perturbation]] = {}
     for fold, members in rows.groupby("fold", sort=True):
         role_of = _one_each(members, "role", f"{origin} (fold {fold!r})")
-        test[str(fold)] = {p for p, role in role_of.items() if role == "test"}
-        train[str(fold)] = {p for p, role in role_of.items() if role == "train"}
-    return Split(
-        test={fold: frozenset(members) for fold, members in test.items()},
-        train={fold: frozenset(members) for fold, members in train.items()},
-        origin=origin,
-    )
+        test[str(fold)] = frozenset(p for p, role in role_of.items() if role == "test")
+        train[str(fold)] = frozenset(p for p, role in role_of.items() if role == "train")
+    return Split(test=test, train=train, origin=origin)
 
 
 def _check_against(split: Split, dataset: Dataset, origin: str) -> None:
