@@ -328,11 +328,8 @@ def pairwise(
                 table[i, j] = value
                 if measure.symmetric:
                     table[j, i] = value
-        frame = pd.DataFrame(
-            table, index=_index(covariate_key, cells.covariate, labels, groupby), columns=labels
-        )
-        frame.columns.name = groupby
-        frames.append(frame)
+        index = _index(covariate_key, cells.covariate, labels, groupby)
+        frames.append(pd.DataFrame(table, index=index, columns=pd.Index(labels, name=groupby)))
     result = frames[0] if len(frames) == 1 else pd.concat(frames)
     if covariate_key is not None:
         order = list(dict.fromkeys(label for frame in frames for label in frame.columns))
@@ -469,12 +466,8 @@ def onesided(
             else:
                 values = _run([(measure, by_label[g], ref) for g in others], _between, n_jobs)
             value_of = dict(zip(others, values, strict=True))
-        series = pd.Series(
-            [value_of.get(label, 0.0) for label in labels],
-            index=_index(covariate_key, cells.covariate, labels, groupby),
-            dtype=float,
-        )
-        parts.append(series)
+        index = _index(covariate_key, cells.covariate, labels, groupby)
+        parts.append(pd.Series([value_of.get(g, 0.0) for g in labels], index=index, dtype=float))
     result = parts[0] if len(parts) == 1 else pd.concat(parts)
     result.name = f"{distance.name} to {reference}"
     return result
