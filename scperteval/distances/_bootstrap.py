@@ -27,6 +27,7 @@ from scperteval.distances._api import _pairwise_only, _run, against_reference
 from scperteval.distances._base import Distance, Group, resolve_distance
 from scperteval.distances._kernel import BlockSums, PairKernelDistance
 from scperteval.distances._mmd import MMD
+from scperteval.distances._permutation import fixed_kernel
 from scperteval.errors import SpecError
 
 __all__ = ["bootstrap", "bootstrap_draws"]
@@ -170,8 +171,7 @@ def bootstrap(
     ) -> Iterator[dict[str, Any]]:
         ref = by_label[reference]
         ref_draws = bootstrap_draws(seed, covariate, reference, ref.n, n_bootstrap)
-        fits = 8 * ref.n**2 <= max_matrix_bytes
-        kernel = measure if isinstance(measure, PairKernelDistance) and fits else None
+        kernel = fixed_kernel(measure, ref, max_matrix_bytes)
         if kernel is not None:
             ref_cells = kernel.cells_of(ref)
             ref_counts = _multiplicities(ref_draws, ref.n)
