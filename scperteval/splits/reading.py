@@ -170,15 +170,10 @@ def _split_of(frame: pd.DataFrame, dataset: Dataset, origin: str) -> Split:
             )
     table = table.astype(str).apply(lambda values: values.str.strip())
     rows = _with_covariates(table, dataset, origin)
-    _check_coverage(
-        zip(rows["covariate"], rows["perturbation"], strict=True),
-        [(c.covariate, c.perturbation) for c in dataset.conditions],
-        origin,
-    )
+    _check_coverage(zip(rows["covariate"], rows["perturbation"], strict=True), dataset, origin)
     if layout == ["fold"]:
         return Split.from_folds(_one_each(rows, "fold", origin), origin=origin)
-    roles = rows["role"]
-    bad = ~roles.isin(ROLES)
+    bad = ~rows["role"].isin(ROLES)
     if bad.any():
         first = rows[bad].iloc[0]
         raise SpecError(
@@ -285,7 +280,7 @@ def _check_against(split: Split, dataset: Dataset, origin: str) -> None:
         raise SpecError(_unknown_message(unknown, sorted(kept), dataset, origin))
     # A train/validation/test split's validation perturbations are in neither set.
     if split.is_k_fold():
-        _check_coverage(named, kept, origin)
+        _check_coverage(named, dataset, origin)
     for fold in split.folds:
         if not split.test[fold]:
             raise SpecError(
@@ -302,8 +297,9 @@ def _check_against(split: Split, dataset: Dataset, origin: str) -> None:
                 )
 
 
-def _check_coverage(named: Iterable[Perturbation], kept: list[Perturbation], origin: str) -> None:
+def _check_coverage(named: Iterable[Perturbation], dataset: Dataset, origin: str) -> None:
     """Refuse a split that names not every perturbation of the data."""
+    kept = [(c.covariate, c.perturbation) for c in dataset.conditions]
     given = set(named)
     missing = [p for p in kept if p not in given]
     if missing:
