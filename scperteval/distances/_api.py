@@ -37,12 +37,6 @@ def _groups_of(cells: GroupedCells) -> dict[str, Group]:
     return {label: Group(cells.cells[label], shift) for label in cells.groups}
 
 
-def fitted(distance: Distance, groups: Sequence[Group]) -> Distance:
-    """The distance with any data-driven parameter (a bandwidth) resolved on ``groups``."""
-    fit = getattr(distance, "fit", None)
-    return fit(groups) if fit is not None else distance  # type: ignore[no-any-return]
-
-
 def _pairwise_only(distance: Distance, where: str) -> None:
     """Refuse a distance defined only over all groups at once (classifier projection)."""
     if hasattr(distance, "onesided_all"):
@@ -191,7 +185,9 @@ def _compared(
             where = "" if cells.covariate == ALL else f" in {covariate_key}={cells.covariate!r}"
             raise DatasetError(f"reference group {reference!r} has no cell{where}")
         by_label = _groups_of(cells)
-        measure = fitted(distance, list(by_label.values()))
+        # A data-driven parameter (a bandwidth) is resolved on the groups compared.
+        fit = getattr(distance, "fit", None)
+        measure = fit(list(by_label.values())) if fit is not None else distance
         labels = [g for g in cells.groups if groups is None or g in set(map(str, groups))]
         used = dict.fromkeys(labels if reference is None else [*labels, reference])
         _prepare(measure, {label: by_label[label] for label in used}, n_jobs)
