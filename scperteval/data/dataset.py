@@ -349,17 +349,8 @@ class Dataset:
             raise self._fail(
                 f"empty dataset ({self.adata.n_obs} cells x {self.adata.n_vars} genes)"
             )
-        columns = list(map(str, self.adata.obs.columns))
-        for role, key in (
-            ("perturbation", self.perturbation_key),
-            ("covariate", self.covariate_key),
-        ):
-            if key is not None and key not in self.adata.obs.columns:
-                hint = self._label_column_hint() if role == "perturbation" else ""
-                raise self._fail(
-                    f"{role} column {key!r} not found in obs; "
-                    f"available columns: {listing(columns)}{hint}"
-                )
+        self._require_column("perturbation", self.perturbation_key)
+        self._require_column("covariate", self.covariate_key)
         layers = list(map(str, self.adata.layers.keys()))
         if self.layer is not None and self.layer not in layers:
             raise self._fail(
@@ -375,14 +366,18 @@ class Dataset:
                 "(make them unique, e.g. adata.var_names_make_unique())"
             )
 
+    def _require_column(self, role: str, key: str | None) -> None:
+        if key is not None and key not in self.adata.obs.columns:
+            hint = self._label_column_hint() if role == "perturbation" else ""
+            raise self._fail(
+                f"{role} column {key!r} not found in obs; available columns: "
+                f"{listing(list(map(str, self.adata.obs.columns)))}{hint}"
+            )
+
     def _select_cells(self, subset: Mapping[str, Any]) -> np.ndarray:
         keep = np.ones(self.adata.n_obs, dtype=bool)
         for column, accepted in subset.items():
-            if column not in self.adata.obs.columns:
-                raise self._fail(
-                    f"subset column {column!r} not found in obs; available columns: "
-                    f"{listing(list(map(str, self.adata.obs.columns)))}"
-                )
+            self._require_column("subset", column)
             values = self.adata.obs[column].astype(str)
             wanted = [accepted] if isinstance(accepted, (str, int, float)) else list(accepted)
             wanted = [str(v) for v in wanted]
@@ -532,17 +527,14 @@ def normalize_log1p(block: Any, target_sum: float = 1e4) -> Any:
         Float64 log-normalised values, same sparsity as the input.
 
     """
-    if sp.issparse(block):
-        matrix = sp.csr_matrix(block, dtype=np.float64, copy=True)
-        totals = _row_totals(matrix)
-        scale = np.divide(target_sum, totals, out=np.zeros_like(totals), where=totals > 0)
-        matrix.data *= np.repeat(scale, np.diff(matrix.indptr))
-        np.log1p(matrix.data, out=matrix.data)
-        return matrix
-    dense = np.asarray(block, dtype=np.float64)
-    totals = _row_totals(sp.csr_matrix(dense))[:, None]
+    matrix = sp.csr_matrix(block, dtype=np.float64, copy=True)
+    totals = _row_totals(matrix)
     scale = np.divide(target_sum, totals, out=np.zeros_like(totals), where=totals > 0)
-    return np.log1p(dense * scale)
+    if not sp.issparse(block):
+        return np.log1p(np.asarray(block, dtype=np.float64) * scale[:, None])
+    matrix.data *= np.repeat(scale, np.diff(matrix.indptr))
+    np.log1p(matrix.data, out=matrix.data)
+    return matrix
 
 
 def _row_totals(matrix: sp.csr_matrix) -> np.ndarray:

@@ -136,8 +136,7 @@ def _read_into_memory(path: Path) -> StoredAnnData:
     _check_anndata_settings()
     with h5py.File(path, "r") as handle:
         try:
-            kind = (handle.attrs.get("encoding-type"), handle.attrs.get("encoding-version"))
-            if kind != ("anndata", "0.1.0") or not set(handle) <= _ELEMENTS:
+            if _tag(handle) != ("anndata", "0.1.0") or not set(handle) <= _ELEMENTS:
                 raise UnsupportedEncoding(f"{path}: not an anndata 0.8+ file")
             if "obs" not in handle or "var" not in handle:
                 raise UnsupportedEncoding(f"{path}: no obs or var")
@@ -176,10 +175,8 @@ def _open_backed(path: Path) -> StoredAnnData:
         read_elem = anndata_read_elem()
         annotated = anndata.AnnData(obs=read_elem(handle["obs"]), var=read_elem(handle["var"]))
         obs, var = annotated.obs, annotated.var
-    layers = dict(handle["layers"].items()) if "layers" in handle else {}
-    return StoredAnnData(
-        obs, var, handle.get("X"), {str(k): v for k, v in layers.items()}, path, isbacked=True
-    )
+    layers = {str(k): v for k, v in handle["layers"].items()} if "layers" in handle else {}
+    return StoredAnnData(obs, var, handle.get("X"), layers, path, isbacked=True)
 
 
 def _layer_names(handle: Any, shape: tuple[int, int]) -> list[str]:
@@ -187,16 +184,18 @@ def _layer_names(handle: Any, shape: tuple[int, int]) -> list[str]:
     if "layers" not in handle:
         return []
     group = handle["layers"]
-    if (group.attrs.get("encoding-type"), group.attrs.get("encoding-version")) != (
-        "dict",
-        "0.1.0",
-    ):
+    if _tag(group) != ("dict", "0.1.0"):
         raise UnsupportedEncoding(f"{group.name}: not a dict of matrices")
     names = [str(name) for name in group]
     for name in names:
         if matrix_shape(group[name]) != shape:
             raise UnsupportedEncoding(f"{group[name].name}: shape differs from obs and var")
     return names
+
+
+def _tag(node: Any) -> tuple[Any, Any]:
+    """The encoding type and version of an element, as stored."""
+    return node.attrs.get("encoding-type"), node.attrs.get("encoding-version")
 
 
 def _check_anndata_settings() -> None:

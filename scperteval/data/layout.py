@@ -59,17 +59,13 @@ class GroupLayout:
 
     def positions(self, condition_index: int, half: str = "all") -> np.ndarray:
         """Sorted cell positions of a condition's half (``all``, ``truth``, ``duplicate``)."""
-        if half == "truth":
-            return self._group_cells(2 * condition_index).copy()
-        if half == "duplicate":
-            return self._group_cells(2 * condition_index + 1).copy()
-        if half == "all":
-            both = np.concatenate(
-                [self._group_cells(2 * condition_index), self._group_cells(2 * condition_index + 1)]
-            )
-            both.sort()
-            return both
-        raise ValueError(f"unknown half {half!r}; valid: {', '.join(HALVES)}")
+        if half not in HALVES:
+            raise ValueError(f"unknown half {half!r}; valid: {', '.join(HALVES)}")
+        if half != "all":
+            return self._group_cells(2 * condition_index + (half == "duplicate")).copy()
+        both = np.concatenate([self._group_cells(2 * condition_index + h) for h in (0, 1)])
+        both.sort()
+        return both
 
     def control_positions(self, covariate_index: int) -> np.ndarray:
         """Sorted cell positions of a covariate group's controls."""

@@ -37,12 +37,6 @@ def _groups_of(cells: GroupedCells) -> dict[str, Group]:
     return {label: Group(cells.cells[label], shift) for label in cells.groups}
 
 
-def fitted(distance: Distance, groups: Sequence[Group]) -> Distance:
-    """The distance with any data-driven parameter (a bandwidth) resolved on ``groups``."""
-    fit = getattr(distance, "fit", None)
-    return fit(groups) if fit is not None else distance  # type: ignore[no-any-return]
-
-
 def _pairwise_only(distance: Distance, where: str) -> None:
     """Refuse a distance defined only over all groups at once (classifier projection)."""
     if hasattr(distance, "onesided_all"):
@@ -63,8 +57,7 @@ def _batchable(measure: Distance) -> bool:
 def _stack(measure: PairKernelDistance, groups: Sequence[Group]) -> tuple[np.ndarray, np.ndarray]:
     """The groups' cells one after the other, and the row where each starts (and the end)."""
     used = [measure.cells_of(g) for g in groups]
-    width = used[0].shape[1] if used else 0
-    stacked = np.vstack(used) if used else np.zeros((0, width))
+    stacked = np.vstack(used) if used else np.zeros((0, 0))
     offsets = np.concatenate([[0], np.cumsum([u.shape[0] for u in used])]).astype(np.int64)
     return stacked, offsets
 
@@ -192,7 +185,9 @@ def _compared(
             where = "" if cells.covariate == ALL else f" in {covariate_key}={cells.covariate!r}"
             raise DatasetError(f"reference group {reference!r} has no cell{where}")
         by_label = _groups_of(cells)
-        measure = fitted(distance, list(by_label.values()))
+        # A data-driven parameter (a bandwidth) is resolved on the groups compared.
+        fit = getattr(distance, "fit", None)
+        measure = fit(list(by_label.values())) if fit is not None else distance
         labels = [g for g in cells.groups if groups is None or g in set(map(str, groups))]
         used = dict.fromkeys(labels if reference is None else [*labels, reference])
         _prepare(measure, {label: by_label[label] for label in used}, n_jobs)
@@ -214,7 +209,8 @@ def against_reference(
 
     ``rows_of(covariate, by_label, measure, labels)`` gives the rows (dicts over
     ``columns``) of ``labels``, the groups of one covariate value other than the
-    reference; the other arguments are those of :func:`_compared`.
+    reference; the other arguments are those of :func:`_compared`. The table's
+    ``attrs`` name the distance and the reference.
     """
     rows: list[dict[str, Any]] = []
     keys: list[Any] = []
@@ -230,6 +226,7 @@ def against_reference(
         table.index = pd.Index(keys, name=groupby)
     else:
         table.index = pd.MultiIndex.from_tuples(keys, names=[covariate_key, groupby])
+    table.attrs.update({"metric": distance.name, "reference": reference})
     return table
 
 
@@ -327,11 +324,8 @@ def pairwise(
                 table[i, j] = value
                 if measure.symmetric:
                     table[j, i] = value
-        frame = pd.DataFrame(
-            table, index=_index(covariate_key, cells.covariate, labels, groupby), columns=labels
-        )
-        frame.columns.name = groupby
-        frames.append(frame)
+        index = _index(covariate_key, cells.covariate, labels, groupby)
+        frames.append(pd.DataFrame(table, index=index, columns=pd.Index(labels, name=groupby)))
     result = frames[0] if len(frames) == 1 else pd.concat(frames)
     if covariate_key is not None:
         order = list(dict.fromkeys(label for frame in frames for label in frame.columns))
@@ -468,12 +462,8 @@ def onesided(
             else:
                 values = _run([(measure, by_label[g], ref) for g in others], _between, n_jobs)
             value_of = dict(zip(others, values, strict=True))
-        series = pd.Series(
-            [value_of.get(label, 0.0) for label in labels],
-            index=_index(covariate_key, cells.covariate, labels, groupby),
-            dtype=float,
-        )
-        parts.append(series)
+        index = _index(covariate_key, cells.covariate, labels, groupby)
+        parts.append(pd.Series([value_of.get(g, 0.0) for g in labels], index=index, dtype=float))
     result = parts[0] if len(parts) == 1 else pd.concat(parts)
     result.name = f"{distance.name} to {reference}"
     return result

@@ -27,6 +27,7 @@ from scperteval.distances._api import _pairwise_only, _run, against_reference
 from scperteval.distances._base import Distance, Group, resolve_distance
 from scperteval.distances._kernel import BlockSums, PairKernelDistance
 from scperteval.distances._mmd import MMD
+from scperteval.distances._permutation import fixed_kernel
 from scperteval.errors import SpecError
 
 __all__ = ["bootstrap", "bootstrap_draws"]
@@ -73,9 +74,7 @@ def _within(
     matrix = measure.pair_matrix(cells)
     diagonal = measure.diagonal(cells)
     # Pairs of two draws of one cell hold k(c, c), like the diagonal.
-    full = np.einsum("bi,bi->b", counts @ matrix, counts)
-    diag = counts @ diagonal
-    return full, diag
+    return np.einsum("bi,bi->b", counts @ matrix, counts), counts @ diagonal
 
 
 def _kernel_replicates(
@@ -172,8 +171,7 @@ def bootstrap(
     ) -> Iterator[dict[str, Any]]:
         ref = by_label[reference]
         ref_draws = bootstrap_draws(seed, covariate, reference, ref.n, n_bootstrap)
-        fits = 8 * ref.n**2 <= max_matrix_bytes
-        kernel = measure if isinstance(measure, PairKernelDistance) and fits else None
+        kernel = fixed_kernel(measure, ref, max_matrix_bytes)
         if kernel is not None:
             ref_cells = kernel.cells_of(ref)
             ref_counts = _multiplicities(ref_draws, ref.n)
@@ -201,9 +199,7 @@ def bootstrap(
     table = against_reference(
         distance, adata, groupby, reference, groups, reading, n_jobs, rows_of, columns
     )
-    table.attrs.update(
-        {"metric": distance.name, "reference": reference, "n_bootstrap": int(n_bootstrap)}
-    )
+    table.attrs["n_bootstrap"] = int(n_bootstrap)
     return table
 
 

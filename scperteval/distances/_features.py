@@ -227,10 +227,9 @@ def group_cells(
         keep = np.isin(selected_labels, wanted)
         rows, covariates, selected_labels = rows[keep], covariates[keep], selected_labels[keep]
     if obsm_key is not None:
-        embedding = _embedding(adata, obsm_key)
-        if embedding.ndim != 2 or embedding.shape[0] != adata.n_obs:
+        matrix: Any = _embedding(adata, obsm_key)
+        if matrix.ndim != 2 or matrix.shape[0] != adata.n_obs:
             raise DatasetError(f"obsm[{obsm_key!r}] is not a cells x features array")
-        matrix: Any = embedding
         label = f"obsm[{obsm_key!r}]"
     else:
         matrix = _matrix(adata, layer)

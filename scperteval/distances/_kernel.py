@@ -131,9 +131,6 @@ class PairKernelDistance(Distance):
 
     def within(self, group: Group) -> tuple[float, float]:
         """The within-group ``(S_xx, D_x)`` of ``group``, computed once and cached."""
-        return self._within(group)
-
-    def _within(self, group: Group) -> tuple[float, float]:
         return group.cached(("within", self.key()), lambda: self.block_sums(group, None))  # type: ignore[no-any-return]
 
     @abstractmethod
@@ -143,7 +140,7 @@ class PairKernelDistance(Distance):
     def prepare(self, group: Group) -> None:
         """Cache the within-group sums of ``group``."""
         if group.n >= self.min_cells:
-            self._within(group)
+            self.within(group)
 
     def between(self, x: Group, y: Group) -> float:
         """The distance from the block sums, the within ones from the cache."""
@@ -152,8 +149,8 @@ class PairKernelDistance(Distance):
 
     def from_cross(self, cross: float, x: Group, y: Group) -> float:
         """The distance from the cross sum ``S_xy``, the within sums from the cache."""
-        within_x, diag_x = self._within(x)
-        within_y, diag_y = self._within(y)
+        within_x, diag_x = self.within(x)
+        within_y, diag_y = self.within(y)
         return self.combine(BlockSums(cross, within_x, within_y, diag_x, diag_y, x.n, y.n))
 
 

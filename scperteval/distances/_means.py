@@ -157,7 +157,6 @@ class Mahalanobis(Distance):
 _MEAN_DISTANCES = MappingProxyType(
     {
         "euclidean": (_euclidean, "Euclidean distance between the mean profiles", True),
-        "root_mean_squared_error": (_rmse, "root mean squared difference of the means", True),
         "mse": (_mse, "mean squared difference of the mean profiles", True),
         "mean_absolute_error": (_mae, "mean absolute difference of the mean profiles", True),
         "pearson_distance": (_pearson_distance, "1 - Pearson r of the mean profiles", True),
@@ -189,8 +188,7 @@ def _register_mean(name: str) -> None:
 
 
 for _name in _MEAN_DISTANCES:
-    if _name != "root_mean_squared_error":
-        _register_mean(_name)
+    _register_mean(_name)
 
 
 @DISTANCES.register(
@@ -198,9 +196,7 @@ for _name in _MEAN_DISTANCES:
 )
 def root_mean_squared_error(*, pertpy: bool = False) -> Distance:
     """``||mx - my|| / sqrt(d)``; ``pertpy=True`` gives pertpy's ``||mx - my||`` instead."""
-    if pertpy:
-        return MeanDistance("root_mean_squared_error", _euclidean)
-    return MeanDistance("root_mean_squared_error", _rmse)
+    return MeanDistance("root_mean_squared_error", _euclidean if pertpy else _rmse)
 
 
 @DISTANCES.register("mahalanobis", description="Mahalanobis distance between the mean profiles")

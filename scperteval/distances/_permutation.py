@@ -194,6 +194,31 @@ def _kernel_null(
     return float(values[0]), values[1:]
 
 
+def fixed_kernel(measure: Distance, ref: Group, max_bytes: int) -> PairKernelDistance | None:
+    """``measure`` when it is one pair function whose matrix over ``ref`` fits in ``max_bytes``.
+
+    Parameters
+    ----------
+    measure
+        The fitted distance.
+    ref
+        The reference group.
+    max_bytes
+        Largest matrix of the pair function over the reference's cells.
+
+    Returns
+    -------
+    PairKernelDistance or None
+        ``None`` for another distance, a kernel chosen per pair of groups
+        (``bandwidth="pair_median"``), or a reference too large.
+
+    """
+    per_pair = isinstance(measure, MMD) and measure.bandwidth == "pair_median"
+    if isinstance(measure, PairKernelDistance) and not per_pair and 8 * ref.n**2 <= max_bytes:
+        return measure
+    return None
+
+
 def _generic_null(
     measure: Distance, x: Group, y: Group, orders: np.ndarray, n_jobs: int | None
 ) -> tuple[float, np.ndarray]:
@@ -290,14 +315,8 @@ def permutation_test(
     ) -> Iterator[dict[str, Any]]:
         ref = by_label[reference]
         # The reference's own block of the pooled matrix is the same for every group.
-        reference_block = None
-        per_pair = isinstance(measure, MMD) and measure.bandwidth == "pair_median"
-        if (
-            isinstance(measure, PairKernelDistance)
-            and not per_pair
-            and 8 * ref.n**2 <= max_matrix_bytes
-        ):
-            reference_block = measure.pair_matrix(measure.cells_of(ref))
+        kernel = fixed_kernel(measure, ref, max_matrix_bytes)
+        reference_block = None if kernel is None else kernel.pair_matrix(kernel.cells_of(ref))
         for label in labels:
             x = by_label[label]
             orders = permutations(seed, covariate, label, x.n + ref.n, n_permutations)
@@ -321,10 +340,7 @@ def permutation_test(
     table = against_reference(
         distance, adata, groupby, reference, groups, reading, 1, rows_of, columns
     )
-    table["pvalue_adj"] = adjust(table["pvalue"].to_numpy(), correction)
-    table["significant"] = table["pvalue_adj"] < alpha
-    table = table[["distance", "pvalue", "pvalue_adj", "significant", "n_cells", "n_reference"]]
-    table.attrs.update(
-        {"metric": distance.name, "reference": reference, "n_permutations": int(n_permutations)}
-    )
+    table.insert(2, "pvalue_adj", adjust(table["pvalue"].to_numpy(), correction))
+    table.insert(3, "significant", table["pvalue_adj"] < alpha)
+    table.attrs["n_permutations"] = int(n_permutations)
     return table

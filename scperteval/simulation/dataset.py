@@ -442,21 +442,17 @@ def _sample_counts(
     with ThreadPoolExecutor(max_workers=_N_THREADS) as pool:
         blocks = list(pool.map(sample_block, block_starts, block_seqs))
 
+    # Every screen has cells (controls and perturbed ones), so there is at least one block.
+    values, normalized, indices, row_sizes = map(np.concatenate, zip(*blocks, strict=True))
     indptr = np.zeros(n_cells + 1, dtype=np.int64)
-    if blocks:
-        np.cumsum(np.concatenate([block[3] for block in blocks]), out=indptr[1:])
+    np.cumsum(row_sizes, out=indptr[1:])
     if indptr[-1] <= np.iinfo(np.int32).max:
         indptr = indptr.astype(np.int32)
-
-    def stack(part: int, dtype: type) -> np.ndarray:
-        return np.concatenate([block[part] for block in blocks]) if blocks else np.zeros(0, dtype)
-
     # Each matrix owns its index arrays, so sorting or editing one in place
     # cannot corrupt the other.
     shape = (n_cells, n_genes)
-    counts = sp.csr_matrix((stack(0, np.float32), stack(2, np.int32), indptr.copy()), shape=shape)
-    normalized = sp.csr_matrix((stack(1, np.float32), stack(2, np.int32), indptr), shape=shape)
-    return counts, normalized
+    counts = sp.csr_matrix((values, indices.copy(), indptr.copy()), shape=shape)
+    return counts, sp.csr_matrix((normalized, indices, indptr), shape=shape)
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:

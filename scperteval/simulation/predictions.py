@@ -243,6 +243,10 @@ class _Design:
         """Return a phrase locating ``group`` for error messages."""
         return f" in covariate group {group!r}" if self.cov_key else ""
 
+    def perturbed_groups(self) -> list[tuple[str, list[str]]]:
+        """Return every group with perturbations, and its perturbations, in output order."""
+        return [(g, self.perturbations_of[g]) for g in self.group_order if self.perturbations_of[g]]
+
     def pairs(self) -> list[tuple[str, str]]:
         """Return every (group, perturbation) pair with cells, in output order."""
         return [(g, p) for g in self.group_order for p in self.perturbations_of[g]]
@@ -263,10 +267,7 @@ def _source_rows(
     chunks: list[np.ndarray] = []
     out_groups: list[str] = []
     out_perts: list[str] = []
-    for group in design.group_order:
-        perts = design.perturbations_of[group]
-        if not perts:
-            continue
+    for group, perts in design.perturbed_groups():
         sizes = [cells_per_perturbation or design.rows[(group, p)].size for p in perts]
         if kind == "mode_collapse":
             shared = _pooled_sample(rng, design.pooled(group, exclude=None), max(sizes))
@@ -324,10 +325,7 @@ def _pseudobulk_rows(
 ) -> np.ndarray:
     """One centroid per (group, perturbation), of the population the kind draws from."""
     rows: list[np.ndarray] = []
-    for group in design.group_order:
-        perts = design.perturbations_of[group]
-        if not perts:
-            continue
+    for group, perts in design.perturbed_groups():
         centroids = {p: _centroid(expression, design.rows[(group, p)]) for p in perts}
         if kind in ("control", "scaled_effect"):
             control_centroid = _centroid(expression, design.controls(group))
@@ -380,9 +378,7 @@ def _centroid(expression: np.ndarray | sp.csr_matrix, rows: np.ndarray) -> np.nd
 
 def _dense(matrix: Any) -> np.ndarray:
     """Return a sparse or dense matrix as a dense ndarray."""
-    if sp.issparse(matrix):
-        return np.asarray(matrix.toarray())
-    return np.asarray(matrix)
+    return np.asarray(matrix.toarray() if sp.issparse(matrix) else matrix)
 
 
 def _add_noise(
@@ -407,9 +403,7 @@ def _expression(adata: ad.AnnData, layer: str | None) -> np.ndarray | sp.csr_mat
         raise DatasetError(f"layer {layer!r} not in adata.layers ({list(adata.layers)})")
     if matrix is None:
         raise DatasetError("adata.X is empty; pass the layer holding the expression")
-    if sp.issparse(matrix):
-        return sp.csr_matrix(matrix)
-    return np.asarray(matrix)
+    return sp.csr_matrix(matrix) if sp.issparse(matrix) else np.asarray(matrix)
 
 
 def _resolve_keys(

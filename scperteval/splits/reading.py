@@ -31,7 +31,7 @@ import pandas as pd
 
 from scperteval.data.dataset import ALL_COVARIATES, Dataset
 from scperteval.errors import SpecError
-from scperteval.splits.split import Perturbation, Split
+from scperteval.splits.split import Perturbation, Split, _name
 from scperteval.splits.table import check_table_path
 
 __all__ = ["read_split", "ROLES"]
@@ -90,20 +90,18 @@ def _read_table(path: Path) -> pd.DataFrame:
     check_table_path(path, writing=False)
     try:
         if path.suffix.lower() == ".parquet":
-            frame = pd.read_parquet(path)
-        else:
-            frame = pd.read_csv(
-                path,
-                sep="\t" if path.suffix.lower() == ".tsv" else ",",
-                dtype=str,
-                keep_default_na=False,
-            )
+            return pd.read_parquet(path)
+        return pd.read_csv(
+            path,
+            sep="\t" if path.suffix.lower() == ".tsv" else ",",
+            dtype=str,
+            keep_default_na=False,
+        )
     except Exception as exc:  # any reader failure is the file's fault, reported in one line
         raise SpecError(
             f"split table {str(path)!r}: cannot read as {path.suffix} "
             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
         ) from None
-    return frame
 
 
 def _obs_frame(column: str, dataset: Dataset) -> pd.DataFrame:
@@ -172,15 +170,10 @@ def _split_of(frame: pd.DataFrame, dataset: Dataset, origin: str) -> Split:
             )
     table = table.astype(str).apply(lambda values: values.str.strip())
     rows = _with_covariates(table, dataset, origin)
-    _check_coverage(
-        zip(rows["covariate"], rows["perturbation"], strict=True),
-        [(c.covariate, c.perturbation) for c in dataset.conditions],
-        origin,
-    )
+    _check_coverage(zip(rows["covariate"], rows["perturbation"], strict=True), dataset, origin)
     if layout == ["fold"]:
         return Split.from_folds(_one_each(rows, "fold", origin), origin=origin)
-    roles = rows["role"]
-    bad = ~roles.isin(ROLES)
+    bad = ~rows["role"].isin(ROLES)
     if bad.any():
         first = rows[bad].iloc[0]
         raise SpecError(
@@ -267,17 +260,13 @@ def _one_each(rows: pd.DataFrame, column: str, origin: str) -> dict[Perturbation
 
 def _per_fold(rows: pd.DataFrame, origin: str) -> Split:
     """A split given fold by fold: the role of each perturbation in each fold."""
-    test: dict[str, set[Perturbation]] = {}
-    train: dict[str, set[Perturbation]] = {}
+    test: dict[str, frozenset[Perturbation]] = {}
+    train: dict[str, frozenset[Perturbation]] = {}
     for fold, members in rows.groupby("fold", sort=True):
         role_of = _one_each(members, "role", f"{origin} (fold {fold!r})")
-        test[str(fold)] = {p for p, role in role_of.items() if role == "test"}
-        train[str(fold)] = {p for p, role in role_of.items() if role == "train"}
-    return Split(
-        test={fold: frozenset(members) for fold, members in test.items()},
-        train={fold: frozenset(members) for fold, members in train.items()},
-        origin=origin,
-    )
+        test[str(fold)] = frozenset(p for p, role in role_of.items() if role == "test")
+        train[str(fold)] = frozenset(p for p, role in role_of.items() if role == "train")
+    return Split(test=test, train=train, origin=origin)
 
 
 def _check_against(split: Split, dataset: Dataset, origin: str) -> None:
@@ -291,7 +280,7 @@ def _check_against(split: Split, dataset: Dataset, origin: str) -> None:
         raise SpecError(_unknown_message(unknown, sorted(kept), dataset, origin))
     # A train/validation/test split's validation perturbations are in neither set.
     if split.is_k_fold():
-        _check_coverage(named, kept, origin)
+        _check_coverage(named, dataset, origin)
     for fold in split.folds:
         if not split.test[fold]:
             raise SpecError(
@@ -308,8 +297,9 @@ def _check_against(split: Split, dataset: Dataset, origin: str) -> None:
                 )
 
 
-def _check_coverage(named: Iterable[Perturbation], kept: list[Perturbation], origin: str) -> None:
+def _check_coverage(named: Iterable[Perturbation], dataset: Dataset, origin: str) -> None:
     """Refuse a split that names not every perturbation of the data."""
+    kept = [(c.covariate, c.perturbation) for c in dataset.conditions]
     given = set(named)
     missing = [p for p in kept if p not in given]
     if missing:
@@ -323,8 +313,3 @@ def _check_coverage(named: Iterable[Perturbation], kept: list[Perturbation], ori
 
 def _covariates(perturbations: Iterable[Perturbation]) -> set[str]:
     return {covariate for covariate, _ in perturbations}
-
-
-def _name(perturbation: tuple[Any, ...]) -> str:
-    covariate, label = perturbation
-    return repr(label) if covariate == ALL_COVARIATES else f"{label!r} ({covariate})"

@@ -225,6 +225,6 @@ class Split:
         }
 
 
-def _name(perturbation: Perturbation) -> str:
+def _name(perturbation: tuple[str, ...]) -> str:
     covariate, label = perturbation
     return repr(label) if covariate == "all" else f"{label!r} ({covariate})"

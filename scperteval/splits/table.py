@@ -76,12 +76,7 @@ def _fold_table(split: Split, everything: list[Perturbation]) -> pd.DataFrame:
     for perturbation in everything:
         fold = split.fold_of(perturbation)
         assert fold is not None  # a K-fold split holds every perturbation out
-        row: dict[str, Any] = {
-            "covariate": perturbation[0],
-            "perturbation": perturbation[1],
-            "fold": fold,
-            "seen": split.category(fold, perturbation),
-        }
+        row = _row(split, fold, perturbation)
         for other in split.folds:
             row[f"seen_{other}"] = split.category(other, perturbation)
         rows.append(row)
@@ -98,16 +93,15 @@ def _long_table(split: Split, everything: list[Perturbation]) -> pd.DataFrame:
                 role = "train"
             else:
                 role = "val"
-            rows.append(
-                {
-                    "covariate": perturbation[0],
-                    "perturbation": perturbation[1],
-                    "fold": fold,
-                    "role": role,
-                    "seen": split.category(fold, perturbation),
-                }
-            )
+            rows.append(_row(split, fold, perturbation, role=role))
     return _nullable_counts(pd.DataFrame(rows))
+
+
+def _row(split: Split, fold: str, perturbation: Perturbation, **role: str) -> dict[str, Any]:
+    """The columns of every layout: the perturbation, the fold (its role) and ``seen``."""
+    covariate, label = perturbation
+    seen = split.category(fold, perturbation)
+    return {"covariate": covariate, "perturbation": label, "fold": fold, **role, "seen": seen}
 
 
 def _nullable_counts(frame: pd.DataFrame) -> pd.DataFrame:
