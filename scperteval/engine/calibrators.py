@@ -196,14 +196,10 @@ def calibration_table(
     rows: list[dict[str, Any]] = []
     for protocol, frame in wide.groupby("protocol", sort=True, observed=True):
         meta = protocols[str(protocol)]
+        positive, negative = frame["positive"].to_numpy(), frame["negative"].to_numpy()
         frame = frame.assign(
-            drf=drf(
-                frame["positive"].to_numpy(),
-                frame["negative"].to_numpy(),
-                meta["better"],
-                float(meta["perfect"]),
-            ),
-            bds=bds(frame["positive"].to_numpy(), frame["negative"].to_numpy(), meta["better"]),
+            drf=drf(positive, negative, meta["better"], float(meta["perfect"])),
+            bds=bds(positive, negative, meta["better"]),
         )
         groups: list[tuple[str, pd.DataFrame]] = [
             (str(c), f) for c, f in frame.groupby("covariate", sort=True, observed=True)
@@ -232,7 +228,6 @@ def _summarise(
     # Only a lower-is-better estimate can overshoot its perfect value (an unbiased
     # distance below 0); for other metrics the count is 0 by construction.
     perfect = float(meta["perfect"])
-    # Counted for lower-is-better metrics only (unbiased distance estimates below 0).
     below = (part["positive"] < perfect) | (part["negative"] < perfect)
     n_negative = int(below.sum()) if meta["better"] == "lower" else 0
     values = (protocol, covariate, n, drf_mean, drf_median, bds_value, trusted, len(part) - n)

@@ -43,9 +43,7 @@ CONTROL_REPRESENTATIONS = ("control_de", "control_edistance")
 
 
 def _dense(block: Any) -> np.ndarray:
-    if sp.issparse(block):
-        return np.asarray(block.toarray(), dtype=np.float64)
-    return np.asarray(block, dtype=np.float64)
+    return np.asarray(block.toarray() if sp.issparse(block) else block, dtype=np.float64)
 
 
 def _source_cells(engine: Engine, source: SourceData) -> Any:

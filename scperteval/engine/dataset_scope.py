@@ -85,15 +85,8 @@ def _pool_rows(
     try:
         space = resolve_space(engine, protocol.space, int(conditions[0]))
         references = [centering_vector(engine, protocol.centering, int(k)) for k in conditions]
-        truth = _stack(
-            engine,
-            protocol,
-            conditions,
-            space,
-            references,
-            lambda e, k: e.source("truth", k),
-            "truth",
-        )
+        stack_of = partial(_stack, engine, protocol, conditions, space, references)
+        truth = stack_of(lambda e, k: e.source("truth", k), "truth")
         ctx = DatasetContext(
             covariate=engine.covariates[covariate],
             perturbations=tuple(
@@ -106,27 +99,17 @@ def _pool_rows(
         )
     except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
         reason = failure_reason(exc)
-        for k in conditions:
-            rows.extend(
-                result_row(engine, int(k), protocol, role, name, math.nan, reason)
-                for role, name, _, _ in named
-            )
-        return rows
+        return [
+            result_row(engine, int(k), protocol, role, name, math.nan, reason)
+            for k in conditions
+            for role, name, _, _ in named
+        ]
     from_distances = _distance_function(protocol)
     distances_to_truth = _DistancesToTruth(truth)
     for role, name, getter, registered in named:
         try:
             # The candidate's stack is freed on return, before the next one is built.
-            stack = partial(
-                _stack,
-                engine,
-                protocol,
-                conditions,
-                space,
-                references,
-                getter,
-                candidate_key(protocol, name, getter, registered),
-            )
+            stack = partial(stack_of, getter, candidate_key(protocol, name, getter, registered))
             if from_distances is None:
                 values = np.asarray(protocol.metric(truth, stack(), ctx), dtype=np.float64)
             else:

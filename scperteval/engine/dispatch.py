@@ -126,6 +126,7 @@ def _run_protocols(
 ) -> pd.DataFrame:
     plan_population(engine, protocols)
     tasks = _ordered_tasks(engine, protocols)
+    report = progress if progress is not None else (lambda _: None)
     rows: list[dict[str, Any]] = []
     owned = executor is None and workers > 1
     pool = cf.ThreadPoolExecutor(max_workers=workers) if owned else executor
@@ -144,15 +145,13 @@ def _run_protocols(
         session = cluster_session(pool, engine)
         for finished in session.run(engine, tasks, candidates, conditions):
             rows.extend(finished)
-            if progress is not None:
-                # A task runs one or more protocols for one perturbation (or group).
-                progress(max(1, len({row["protocol"] for row in finished})))
+            # A task runs one or more protocols for one perturbation (or group).
+            report(max(1, len({row["protocol"] for row in finished})))
         return _sorted_table(engine, rows)
     if pool is None:
         for function, arguments in tasks:
             rows.extend(function(engine, *arguments, candidates))
-            if progress is not None:
-                progress(_task_units(function, arguments))
+            report(_task_units(function, arguments))
         return _sorted_table(engine, rows)
     # The shared spaces' fits (a PCA) are submitted first and run beside the tasks
     # that do not need them; the tasks that do wait for the fit. Then the
@@ -179,8 +178,7 @@ def _run_protocols(
         for _ in futures:
             finished_task = _next_completed(completed)
             rows.extend(finished_task.result())
-            if progress is not None:
-                progress(futures[finished_task])
+            report(futures[finished_task])
         for done in warm:
             done.result()
     except BaseException:
@@ -373,9 +371,15 @@ def _perturbation_task(
     shared = {} if shared is None else shared
     # Registered sources are fixed for the engine: sums over their cells may be shared.
     named = [(c.role, *c.resolve(protocol), c.getter is None) for c in candidates]
-    # Population protocols see at most the engine's cap of cells of each population.
-    population = protocol.representation == "population"
     subsampled: list[Subsampled] = []
+
+    def capped(name: str, source: Any, records: list[Subsampled]) -> Any:
+        # Population protocols see at most the engine's cap of cells of each population.
+        if protocol.representation == "population":
+            source, record = cap_source(engine, condition, name, source)
+            if record is not None:
+                records.append(record)
+        return source
 
     def view(identity: Hashable, source: Any, own: Any, key: Hashable | None) -> object:
         if protocol.representation != "de":
@@ -391,11 +395,7 @@ def _perturbation_task(
             shared["space", protocol.space] = resolve_space(engine, protocol.space, condition)
         space = shared["space", protocol.space]
         reference = centering_vector(engine, protocol.centering, condition)
-        truth_source = engine.source("truth", condition)
-        if population:
-            truth_source, record = cap_source(engine, condition, "truth", truth_source)
-            if record is not None:
-                subsampled.append(record)
+        truth_source = capped("truth", engine.source("truth", condition), subsampled)
         truth_view = view("truth", truth_source, reference, "truth")
         ctx = metric_context(engine, protocol, condition, space)
     except Exception as exc:  # noqa: BLE001 - recorded as NaN with its reason
@@ -408,11 +408,7 @@ def _perturbation_task(
     for role, name, getter, registered in named:
         cut: list[Subsampled] = []
         try:
-            source = getter(engine, condition)
-            if population:
-                source, record = cap_source(engine, condition, name, source)
-                if record is not None:
-                    cut.append(record)
+            source = capped(name, getter(engine, condition), cut)
             own = candidate_reference(protocol.centering, source, reference)
             key = _candidate_key(protocol, name, getter, registered)
             fast = population_value(

@@ -108,10 +108,6 @@ class _RunInputs:
     pair_plan: dict[str, frozenset[Any]]
     candidates: Sequence[Any]
 
-    def install(self, engine: Engine) -> None:
-        engine.context.adopt_group_stats(self.group_stats)
-        engine.pair_plan = self.pair_plan
-
 
 def _chunk_stats(engine: Engine, positions: slice) -> GroupStats:
     return engine.context.chunk_stats(positions)
@@ -123,7 +119,8 @@ def _protocol_task(
     inputs: _RunInputs,
     arguments: tuple[Any, ...],
 ) -> list[dict[str, Any]]:
-    inputs.install(engine)
+    engine.context.adopt_group_stats(inputs.group_stats)
+    engine.pair_plan = inputs.pair_plan
     return function(engine, *arguments, inputs.candidates)
 
 

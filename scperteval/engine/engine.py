@@ -424,7 +424,7 @@ class Engine:
 
         def build() -> tuple[np.ndarray, GroupStats]:
             pool = self.covariate_cells(covariate, controls=False)
-            positions = self._sample(pool, "perturbed", covariate)
+            positions = self.seeded_sample(pool, "perturbed", covariate, self.sample_cells)
             return positions, self.moments_of(positions)
 
         return self.memo(("perturbed_sample", covariate), build)
@@ -493,10 +493,7 @@ class Engine:
                 return sample_stats
             # Cut from the group's cached sample rows: a backed file is then read once
             # per group, not again for every condition.
-            own_rows = self.sample_subset_rows(covariate, own)
-            codes = np.zeros(own.size, dtype=np.int64)
-            own_stats = GroupStats.from_chunk(own_rows, codes, 1, self.threads.serial())
-            return subtract_group(sample_stats, own_stats)
+            return subtract_group(sample_stats, self.sample_moments(covariate, own))
 
         # Not kept for the whole run (two gene-long rows per perturbation): the tasks
         # that ask for it run perturbation by perturbation, so a few suffice.
@@ -633,16 +630,37 @@ class Engine:
 
         def build() -> tuple[np.ndarray, GroupStats]:
             pool = self.context.layout.control_positions(covariate)
-            positions = self._sample(pool, "control", covariate)
+            positions = self.seeded_sample(pool, "control", covariate, self.sample_cells)
             return positions, self.moments_of(positions)
 
         return self.memo(("control_sample", covariate), build)
 
-    def _sample(self, pool: np.ndarray, purpose: str, covariate: int) -> np.ndarray:
-        if pool.size <= self.sample_cells:
+    def seeded_sample(self, pool: np.ndarray, purpose: str, covariate: int, cap: int) -> np.ndarray:
+        """At most ``cap`` positions of ``pool``, drawn by a seed of the run, purpose and group.
+
+        Parameters
+        ----------
+        pool
+            Sorted positions to draw from.
+        purpose
+            Names the draw (``"perturbed"``, ``"control"``, ``"pca"``), so that draws
+            for different purposes are independent.
+        covariate
+            Index of the covariate group, whose name seeds the draw with the run's seed.
+        cap
+            Most positions kept.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``pool`` itself when it has at most ``cap`` positions, else ``cap`` of
+            them drawn without replacement, sorted.
+
+        """
+        if pool.size <= cap:
             return pool
         rng = np.random.default_rng(derive_seed(self.seed, purpose, self.covariates[covariate]))
-        return np.sort(rng.choice(pool, self.sample_cells, replace=False))
+        return np.sort(rng.choice(pool, cap, replace=False))
 
     def source(self, name: str, condition: int) -> Any:
         """A registered source's data for one condition (cheap sources are not cached)."""

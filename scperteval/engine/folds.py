@@ -73,14 +73,14 @@ class FoldPlan:
 
     def fold_name(self, condition: int) -> str:
         """The name of the fold that holds ``condition`` out."""
-        fold = int(self.fold_of[condition])
-        if fold < 0:
-            raise KeyError(f"condition {condition} is held out by no fold")
-        return self.split.folds[fold]
+        return self.split.folds[self._fold(condition)]
 
     def training_of(self, condition: int, covariate: int) -> np.ndarray:
         """Training conditions of the fold holding ``condition`` out, in its group."""
+        return self.training[self._fold(condition)][covariate]
+
+    def _fold(self, condition: int) -> int:
         fold = int(self.fold_of[condition])
         if fold < 0:
             raise KeyError(f"condition {condition} is held out by no fold")
-        return self.training[fold][covariate]
+        return fold

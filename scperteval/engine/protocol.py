@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from collections.abc import Mapping
@@ -225,7 +226,10 @@ class ProtocolFamily:
                     f"write {self.name}(name=value, ...)"
                 )
             (param,) = self.params
-            value = _literal(raw)
+            try:
+                value = ast.literal_eval(raw.strip())
+            except (ValueError, SyntaxError):
+                value = raw.strip()
             return self.instantiate({param: value}, name=text)
         _, options = parse_spec(text)
         return self.instantiate(options, name=text)
@@ -237,12 +241,3 @@ def _fill(value: Any, params: Mapping[str, Any]) -> Any:
     if isinstance(value, Mapping):
         return {k: _fill(v, params) for k, v in value.items()}
     return value
-
-
-def _literal(text: str) -> Any:
-    import ast
-
-    try:
-        return ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError):
-        return text.strip()

@@ -222,6 +222,13 @@ def control_mean(engine: SourceEngine, condition: int) -> SourceData:
     return SourceData(centroid=engine.control_mean(condition))
 
 
+def _cells(
+    moments: GroupStats, positions: np.ndarray, sample: tuple[int, np.ndarray] | None = None
+) -> SourceData:
+    """A source made of cells, its centroid the mean of their moments."""
+    return SourceData(centroid=moments.mean[0], positions=positions, moments=moments, sample=sample)
+
+
 def _other_perturbed(engine: SourceEngine, condition: int) -> tuple[int, np.ndarray, np.ndarray]:
     """The condition's group, its perturbed sample, and the indices of other cells in it."""
     covariate = engine.covariate_index(condition)
@@ -240,13 +247,7 @@ def _other_perturbed(engine: SourceEngine, condition: int) -> tuple[int, np.ndar
 def all_perturbed_sample(engine: SourceEngine, condition: int) -> SourceData:
     """The group's shared sample of perturbed cells without this perturbation's cells."""
     covariate, sample, others = _other_perturbed(engine, condition)
-    moments = engine.sample_without(condition)
-    return SourceData(
-        centroid=moments.mean[0],
-        positions=sample[others],
-        moments=moments,
-        sample=(covariate, others),
-    )
+    return _cells(engine.sample_without(condition), sample[others], (covariate, others))
 
 
 @SOURCES.register(
@@ -269,13 +270,7 @@ def matched_perturbed_sample(engine: SourceEngine, condition: int) -> SourceData
         seed = derive_seed(engine.seed, "matched", target.covariate, target.perturbation)
         pool = np.sort(np.random.default_rng(seed).choice(pool, size, replace=False))
     index = np.searchsorted(sample, pool)
-    moments = engine.sample_moments(covariate, index)
-    return SourceData(
-        centroid=moments.mean[0],
-        positions=pool,
-        moments=moments,
-        sample=(covariate, index),
-    )
+    return _cells(engine.sample_moments(covariate, index), pool, (covariate, index))
 
 
 @SOURCES.register(
@@ -286,7 +281,7 @@ def matched_perturbed_sample(engine: SourceEngine, condition: int) -> SourceData
 def control_cells(engine: SourceEngine, condition: int) -> SourceData:
     """A seeded sample (capped) of the covariate group's control cells."""
     positions, moments = engine.control_sample(engine.covariate_index(condition))
-    return SourceData(centroid=moments.mean[0], positions=positions, moments=moments)
+    return _cells(moments, positions)
 
 
 @SOURCES.register(

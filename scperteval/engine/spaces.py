@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scperteval.data.halves import derive_seed
 from scperteval.engine._pca import SampleRows, principal_axes
 from scperteval.engine.featuremap import FeatureMap
 from scperteval.errors import SpecError
@@ -48,6 +47,13 @@ SPACES = Registry("space")
 def _selection(engine: Engine, label: str, genes: np.ndarray) -> FeatureMap:
     genes = np.asarray(genes, dtype=np.int64)
     return FeatureMap(label=label, names=np.asarray(engine.genes)[genes], genes=genes)
+
+
+def _nonempty(engine: Engine, label: str, genes: np.ndarray, reason: str) -> FeatureMap:
+    """:func:`_selection`, undefined (``reason``) when no gene is selected."""
+    if len(genes) == 0:
+        raise DegenerateInput(reason)
+    return _selection(engine, label, genes)
 
 
 def top_indices(scores: np.ndarray, k: int) -> np.ndarray:
@@ -145,9 +151,7 @@ def expressed(engine: Engine, condition: int) -> FeatureMap:
     truth = engine.context.condition_stats(engine.truth_half).group(condition).variance()[0]
     rest = engine.de_reference(condition).variance()[0]
     genes = np.flatnonzero((np.nan_to_num(truth) > 0) | (np.nan_to_num(rest) > 0))
-    if genes.size == 0:
-        raise DegenerateInput("no gene varies in the truth or its reference")
-    return _selection(engine, "expressed", genes)
+    return _nonempty(engine, "expressed", genes, "no gene varies in the truth or its reference")
 
 
 @SPACES.register(
@@ -192,9 +196,8 @@ def _group_top_k(
 def perturbed_genes(engine: Engine, condition: int) -> FeatureMap:
     """The measured genes named by the perturbation (each component of ``A+B``)."""
     genes = engine.target_genes(condition)
-    if genes.size == 0:
-        raise DegenerateInput("the perturbation's target genes are not measured")
-    return _selection(engine, "perturbed_genes", genes)
+    reason = "the perturbation's target genes are not measured"
+    return _nonempty(engine, "perturbed_genes", genes, reason)
 
 
 @SPACES.register(
@@ -217,17 +220,14 @@ def pca(engine: Engine, condition: int, *, k: int = 50) -> FeatureMap:
 
 
 def _fit_pca(engine: Engine, covariate: int, k: int) -> FeatureMap:
-    positions = engine.covariate_cells(covariate)
-    rng = np.random.default_rng(derive_seed(engine.seed, "pca", engine.covariates[covariate]))
-    if positions.size > engine.pca_cells:
-        positions = np.sort(rng.choice(positions, engine.pca_cells, replace=False))
+    cells = engine.covariate_cells(covariate)
+    positions = engine.seeded_sample(cells, "pca", covariate, engine.pca_cells)
     dataset = engine.context.dataset
     sample = SampleRows(
         (positions.size, dataset.n_genes), lambda start, stop: dataset.rows(positions[start:stop])
     )
     components, offset = principal_axes(sample, k, threads=engine.threads)
-    n_components = components.shape[1]
-    names = np.array([f"PC{i + 1}" for i in range(n_components)])
+    names = np.array([f"PC{i + 1}" for i in range(components.shape[1])])
     return FeatureMap(
         label=f"pca(k={k})",
         names=names,
@@ -250,9 +250,8 @@ def resolve_space(engine: Engine, spec: str, condition: int) -> FeatureMap:
             )
         selections = [set(part.genes.tolist()) for part in parts if part.genes is not None]
         combined = set.union(*selections) if operator == "|" else set.intersection(*selections)
-        if not combined:
-            raise DegenerateInput(f"space {spec!r} is empty for this perturbation")
-        return _selection(engine, spec, np.array(sorted(combined)))
+        reason = f"space {spec!r} is empty for this perturbation"
+        return _nonempty(engine, spec, np.array(sorted(combined)), reason)
     # Resolved once per engine: every task asks, and parsing options costs 10 us.
     bound = engine.memo(("space spec", spec), lambda: SPACES.resolve(spec))
     return bound(engine, condition)  # type: ignore[no-any-return]

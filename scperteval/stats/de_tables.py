@@ -153,11 +153,8 @@ def read_de_table(
         )
     keys = list(zip(frame["covariate"].astype(str), frame["perturbation"].astype(str), strict=True))
     rows = pd.MultiIndex.from_tuples(keys, names=["covariate", "perturbation"])
-    wanted = pd.MultiIndex.from_tuples(
-        [(c.covariate, c.perturbation) for c in conditions], names=["covariate", "perturbation"]
-    )
     columns = [*_OWN_VALUES, "mean_target", "mean_reference"]
-    values = _pivot(frame, rows, frame["gene"].astype(str), columns, wanted, genes, where)
+    values = _pivot(frame, rows, frame["gene"].astype(str), columns, conditions, genes, where)
     return PrecomputedDE(
         method=str(options.get("method", "t-test")),
         reference=str(options.get("reference", "rest")),
@@ -224,11 +221,8 @@ def _from_cell_eval(
             "log2_fold_change": "log_fold_change",
         }
     )
-    wanted = pd.MultiIndex.from_tuples(
-        [(c.covariate, c.perturbation) for c in conditions], names=["covariate", "perturbation"]
-    )
     values = _pivot(
-        renamed, rows, renamed["feature"].astype(str), list(_OWN_VALUES), wanted, genes, where
+        renamed, rows, renamed["feature"].astype(str), list(_OWN_VALUES), conditions, genes, where
     )
     return PrecomputedDE(
         method="wilcoxon", reference="control", half="all", values=values, source=source
@@ -240,11 +234,14 @@ def _pivot(
     rows: pd.MultiIndex,
     gene_labels: pd.Series,
     columns: list[str],
-    wanted: pd.MultiIndex,
+    conditions: Sequence[Condition],
     genes: pd.Index,
     where: str,
 ) -> dict[str, np.ndarray]:
     """Each value column as a conditions x genes array in the dataset's order."""
+    wanted = pd.MultiIndex.from_tuples(
+        [(c.covariate, c.perturbation) for c in conditions], names=["covariate", "perturbation"]
+    )
     present = set(rows.tolist())
     missing = [
         p if c == "all" else f"{p} ({c})" for c, p in wanted.tolist() if (c, p) not in present

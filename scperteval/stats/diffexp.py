@@ -44,8 +44,6 @@ __all__ = [
 ]
 
 REFERENCES = ("rest", "control")
-#: Counts, means and variances of target then reference groups.
-_Moments = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 DE_COLUMNS = (
     "covariate",
     "perturbation",
@@ -231,19 +229,6 @@ def welch_t_test(
     (1.224745, 0.287864)
 
     """
-    moments = (n_target, mean_target, var_target, n_reference, mean_reference, var_reference)
-    statistic, dof = _welch_statistic_and_dof(moments, overestimate_variance)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pvalue = two_sided_t_pvalues(dof, statistic, threads)
-    statistic = np.where(np.isnan(statistic), 0.0, statistic)
-    pvalue = np.where(np.isnan(pvalue), np.where(np.isinf(statistic), 0.0, 1.0), pvalue)
-    return statistic, pvalue
-
-
-def _welch_statistic_and_dof(
-    moments: _Moments, overestimate_variance: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    n_target, mean_target, var_target, n_reference, mean_reference, var_reference = moments
     n_ref = n_target if overestimate_variance else n_reference
     with np.errstate(divide="ignore", invalid="ignore"):
         term_target = var_target / n_target
@@ -251,7 +236,10 @@ def _welch_statistic_and_dof(
         variance = term_target + term_reference
         statistic = (mean_target - mean_reference) / np.sqrt(variance)
         dof = variance**2 / (term_target**2 / (n_target - 1) + term_reference**2 / (n_ref - 1))
-    return statistic, dof
+        pvalue = two_sided_t_pvalues(dof, statistic, threads)
+    statistic = np.where(np.isnan(statistic), 0.0, statistic)
+    pvalue = np.where(np.isnan(pvalue), np.where(np.isinf(statistic), 0.0, 1.0), pvalue)
+    return statistic, pvalue
 
 
 def welch_statistic_between(

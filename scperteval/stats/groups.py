@@ -134,21 +134,12 @@ class GroupStats:
 
     def combine(self, other: GroupStats) -> GroupStats:
         """Merge the statistics of two disjoint sets of cells, group by group."""
-        if self.mean.shape != other.mean.shape:
-            raise ValueError(f"cannot combine shapes {self.mean.shape} and {other.mean.shape}")
-        n = self.n + other.n
-        safe_n = np.where(n > 0, n, 1.0)[:, None]
-        delta = other.mean - self.mean
-        weight_other = (other.n[:, None]) / safe_n
-        # mean = self.mean + delta * w and m2 = self.m2 + other.m2 + delta**2 * (n_self * w),
-        # evaluated in place: the same operations, one full-size temporary.
-        mean = delta * weight_other
-        mean += self.mean
-        m2 = self.m2 + other.m2
-        delta *= delta
-        delta *= self.n[:, None] * weight_other
-        m2 += delta
-        return GroupStats(n=n, mean=mean, m2=m2)
+        # absorb's operations on copies: the same values, the inputs left as they are.
+        merged = GroupStats(*(a.astype(np.float64) for a in (self.n, self.mean, self.m2)))
+        merged.absorb(
+            GroupStats(other.n, other.mean.astype(np.float64), other.m2.astype(np.float64))
+        )
+        return merged
 
     def absorb(self, other: GroupStats) -> None:
         """Merge ``other`` into these statistics in place; ``other`` is consumed.
