@@ -14,13 +14,12 @@ NaN, silently. Non-finite input values raise
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from scperteval.metrics._registry import METRICS
+from scperteval.metrics._registry import Decorator, register_metric
 from scperteval.metrics.common import as_vector_pair
 from scperteval.metrics.metric_context import PerturbationContext
 
@@ -39,11 +38,9 @@ __all__ = [
 _NAN = float("nan")
 
 
-def _register(description: str, **meta: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _register(description: str, **meta: Any) -> Decorator:
     """Register a perturbation-scope centroid metric under its function's name."""
-    return METRICS.register(
-        description=description, representation="centroid", scope="perturbation", **meta
-    )
+    return register_metric(description, representation="centroid", scope="perturbation", **meta)
 
 
 def _is_constant(values: npt.NDArray[np.float64]) -> bool:

@@ -25,7 +25,6 @@ whose rows are all equal:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scperteval.kernels.threads import Threads
-from scperteval.metrics._registry import METRICS
+from scperteval.metrics._registry import Decorator, register_metric
 from scperteval.metrics.common import DegenerateInput, as_matrix
 from scperteval.metrics.metric_context import DatasetContext
 
@@ -500,11 +499,9 @@ def pds_from_distances(distances: npt.ArrayLike) -> Float64Array:
 # --------------------------------------------------------------------------- metrics
 
 
-def _register(description: str, **meta: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _register(description: str, **meta: Any) -> Decorator:
     """Register a dataset-scope centroid metric under its function's name."""
-    return METRICS.register(
-        description=description, representation="centroid", scope="dataset", **meta
-    )
+    return register_metric(description, representation="centroid", scope="dataset", **meta)
 
 
 def prediction_truth_distances(

@@ -19,12 +19,11 @@ Shared rules:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from scperteval.metrics._registry import METRICS
+from scperteval.metrics._registry import Decorator, register_metric
 from scperteval.metrics.common import DegenerateInput
 from scperteval.metrics.metric_context import PerturbationContext
 from scperteval.stats.ranking import ranking_keys
@@ -146,14 +145,10 @@ def _positives(gt: DEView, pred: DEView, alpha: float) -> npt.NDArray[np.bool_]:
     return positive
 
 
-def _register(description: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _register(description: str) -> Decorator:
     """Register a DE metric (higher is better, 1 perfect) under its function's name."""
-    return METRICS.register(
-        description=description,
-        representation="de",
-        scope="perturbation",
-        better="higher",
-        perfect=1.0,
+    return register_metric(
+        description, representation="de", scope="perturbation", better="higher", perfect=1.0
     )
 
 

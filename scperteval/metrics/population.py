@@ -37,7 +37,7 @@ from scperteval.kernels.pairs import (
     rbf_transform,
 )
 from scperteval.kernels.threads import Threads
-from scperteval.metrics._registry import METRICS
+from scperteval.metrics._registry import Decorator, register_metric
 from scperteval.metrics.common import DegenerateInput, as_matrix
 from scperteval.metrics.metric_context import PerturbationContext
 
@@ -352,14 +352,19 @@ def check_sizes(n: int, m: int, unbiased: bool) -> None:
 # ---------------------------------------------------------------------------- metrics
 
 
-@METRICS.register(
-    "energy_distance",
-    description="energy distance between cell populations (unbiased within-sample terms)",
-    representation="population",
-    scope="perturbation",
-    better="lower",
-    perfect=0.0,
-)
+def _register(description: str, **meta: Any) -> Decorator:
+    """Register a population metric (lower is better, 0 perfect) under its function's name."""
+    return register_metric(
+        description,
+        representation="population",
+        scope="perturbation",
+        better="lower",
+        perfect=0.0,
+        **meta,
+    )
+
+
+@_register("energy distance between cell populations (unbiased within-sample terms)")
 def energy_distance(
     gt: npt.ArrayLike,
     pred: npt.ArrayLike,
@@ -404,14 +409,7 @@ def energy_distance(
     return energy_distance_from_sums(*sums, x.shape[0], y.shape[0], unbiased=unbiased)
 
 
-@METRICS.register(
-    "mmd",
-    description="squared maximum mean discrepancy, RBF kernel, median-heuristic bandwidth",
-    representation="population",
-    scope="perturbation",
-    better="lower",
-    perfect=0.0,
-)
+@_register("squared maximum mean discrepancy, RBF kernel, median-heuristic bandwidth")
 def mmd(
     gt: npt.ArrayLike,
     pred: npt.ArrayLike,
@@ -558,15 +556,7 @@ def check_sinkhorn_options(
         )
 
 
-@METRICS.register(
-    "sinkhorn",
-    description="debiased Sinkhorn estimate of the 2-Wasserstein distance",
-    representation="population",
-    scope="perturbation",
-    better="lower",
-    perfect=0.0,
-    check=check_sinkhorn_options,
-)
+@_register("debiased Sinkhorn estimate of the 2-Wasserstein distance", check=check_sinkhorn_options)
 def sinkhorn(
     gt: npt.ArrayLike,
     pred: npt.ArrayLike,
