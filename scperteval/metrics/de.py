@@ -103,7 +103,7 @@ class DEView:
         if ranked is None:
             # Ranked on rounded evidence: |t| equal in exact arithmetic ties (see
             # ranking_keys), and ties keep feature order.
-            evidence = ranking_keys(_evidence(self))
+            evidence = ranking_keys(np.nan_to_num(np.abs(self.statistic), nan=0.0, posinf=np.inf))
             order = np.argsort(-evidence, kind="stable")
             ranked = (order, evidence[order])
             self._descending = ranked
@@ -122,11 +122,6 @@ class DEView:
 
     def __len__(self) -> int:
         return int(self.statistic.size)
-
-
-def _evidence(view: DEView) -> Float64Array:
-    """``|statistic|`` with NaN as 0; infinity is kept, and orders above every finite value."""
-    return np.nan_to_num(np.abs(view.statistic), nan=0.0, posinf=np.inf)
 
 
 def _positives(gt: DEView, pred: DEView, alpha: float) -> npt.NDArray[np.bool_]:
