@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from scperteval.registry import Registry
 
-__all__ = ["METRICS"]
+__all__ = ["METRICS", "Decorator", "register_metric"]
 
 #: Every metric of :mod:`scperteval.metrics`, registered by name with its metadata:
 #: ``representation`` ("centroid", "population" or "de"), ``scope`` ("perturbation" or
@@ -13,3 +16,10 @@ __all__ = ["METRICS"]
 #: ``check``, where given, is called with a protocol's bound options before a run and
 #: raises ``ValueError`` on an invalid value.
 METRICS = Registry("metric")
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def register_metric(description: str, **meta: Any) -> Decorator:
+    """Register a metric under its function's name: ``METRICS.register`` with a description."""
+    return METRICS.register(description=description, **meta)

@@ -14,13 +14,12 @@ NaN, silently. Non-finite input values raise
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from scperteval.metrics._registry import METRICS
+from scperteval.metrics._registry import Decorator, register_metric
 from scperteval.metrics.common import as_vector_pair
 from scperteval.metrics.metric_context import PerturbationContext
 
@@ -39,11 +38,9 @@ __all__ = [
 _NAN = float("nan")
 
 
-def _register(description: str, **meta: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _register(description: str, **meta: Any) -> Decorator:
     """Register a perturbation-scope centroid metric under its function's name."""
-    return METRICS.register(
-        description=description, representation="centroid", scope="perturbation", **meta
-    )
+    return register_metric(description, representation="centroid", scope="perturbation", **meta)
 
 
 def _is_constant(values: npt.NDArray[np.float64]) -> bool:
@@ -246,15 +243,19 @@ def cosine(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | No
     return _cosine_of(*as_vector_pair(gt, pred))
 
 
-def _weights(ctx: PerturbationContext | None, size: int, metric: str) -> npt.NDArray[np.float64]:
+def _weighted(
+    gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None, metric: str
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Truth, prediction and the context's weights, checked to match."""
+    x, y = as_vector_pair(gt, pred)
     if ctx is None or ctx.weights is None:
         raise ValueError(f"{metric} needs DEG weights: pass a context with weights")
     weights = np.asarray(ctx.weights, dtype=np.float64)
-    if weights.shape != (size,):
-        raise ValueError(f"{metric}: {weights.size} weights for {size} features")
+    if weights.shape != x.shape:
+        raise ValueError(f"{metric}: {weights.size} weights for {x.size} features")
     if not np.isfinite(weights).all() or (weights < 0).any():
         raise ValueError(f"{metric}: weights must be finite and non-negative")
-    return weights
+    return x, y, weights
 
 
 @_register(
@@ -292,8 +293,7 @@ def weighted_mse(
         length than the vectors.
 
     """
-    x, y = as_vector_pair(gt, pred)
-    w = _weights(ctx, x.size, "weighted_mse")
+    x, y, w = _weighted(gt, pred, ctx, "weighted_mse")
     total = w.sum()
     if total == 0:
         return _NAN
@@ -335,8 +335,7 @@ def weighted_pearson(
         length than the vectors.
 
     """
-    x, y = as_vector_pair(gt, pred)
-    w = _weights(ctx, x.size, "weighted_pearson")
+    x, y, w = _weighted(gt, pred, ctx, "weighted_pearson")
     support = w > 0
     if not support.any() or _is_constant(x[support]) or _is_constant(y[support]):
         return _NAN
@@ -383,8 +382,7 @@ def weighted_r2(
         length than the vectors.
 
     """
-    x, y = as_vector_pair(gt, pred)
-    w = _weights(ctx, x.size, "weighted_r2")
+    x, y, w = _weighted(gt, pred, ctx, "weighted_r2")
     support = w > 0
     if not support.any() or _is_constant(x[support]):
         return _NAN

@@ -42,8 +42,7 @@ from __future__ import annotations
 import math
 import random
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -210,17 +209,6 @@ class _CallingThreadsGenerator:
         return float(state.normal(mu, sigma))
 
 
-@contextmanager
-def _seeded(igraph: Any, seed: int) -> Iterator[None]:
-    thread = threading.current_thread()
-    setattr(thread, _GENERATOR_ATTRIBUTE, np.random.RandomState(seed))
-    igraph.set_random_number_generator(_CallingThreadsGenerator())
-    try:
-        yield
-    finally:
-        delattr(thread, _GENERATOR_ATTRIBUTE)
-
-
 def leiden_labels(
     graph: sparse.spmatrix | sparse.sparray, resolution: float = 1.0, seed: int = 0
 ) -> npt.NDArray[np.int64]:
@@ -255,13 +243,18 @@ def leiden_labels(
     edges = np.column_stack([sources, adjacency.indices]).tolist()
     network = igraph.Graph(n=n, edges=edges, directed=False)
     network.es["weight"] = adjacency.data.astype(np.float64).tolist()
-    with _seeded(igraph, seed):
+    thread = threading.current_thread()
+    setattr(thread, _GENERATOR_ATTRIBUTE, np.random.RandomState(seed))
+    igraph.set_random_number_generator(_CallingThreadsGenerator())
+    try:
         partition = network.community_leiden(
             objective_function="modularity",
             weights="weight",
             resolution=float(resolution),
             n_iterations=2,
         )
+    finally:
+        delattr(thread, _GENERATOR_ATTRIBUTE)
     return np.asarray(partition.membership, dtype=np.int64)
 
 

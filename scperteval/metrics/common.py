@@ -25,10 +25,15 @@ class DegenerateInput(ScpertevalError, ValueError):
         self.reason = reason
 
 
-def _check_finite(values: npt.NDArray[np.float64], what: str) -> None:
-    if not np.isfinite(values).all():
-        bad = int(values.size - np.count_nonzero(np.isfinite(values)))
+def _checked(array: npt.NDArray[np.float64], ndim: int, what: str) -> npt.NDArray[np.float64]:
+    """``array``, checked to have ``ndim`` (1 or 2) dimensions and finite values."""
+    if array.ndim != ndim:
+        dimensions = "one" if ndim == 1 else "two"
+        raise ValueError(f"{what} must be {dimensions}-dimensional, got shape {array.shape}")
+    if not np.isfinite(array).all():
+        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
         raise DegenerateInput(f"{what} contains {bad} non-finite value(s)")
+    return array
 
 
 def as_vector(values: npt.ArrayLike, what: str) -> npt.NDArray[np.float64]:
@@ -42,11 +47,7 @@ def as_vector(values: npt.ArrayLike, what: str) -> npt.NDArray[np.float64]:
         If it contains NaN or infinity.
 
     """
-    array = np.asarray(values, dtype=np.float64)
-    if array.ndim != 1:
-        raise ValueError(f"{what} must be one-dimensional, got shape {array.shape}")
-    _check_finite(array, what)
-    return array
+    return _checked(np.asarray(values, dtype=np.float64), 1, what)
 
 
 def as_vector_pair(
@@ -84,8 +85,4 @@ def as_matrix(values: npt.ArrayLike, what: str) -> npt.NDArray[np.float64]:
     """
     if sparse.issparse(values):
         values = values.toarray()  # type: ignore[union-attr]
-    array = np.ascontiguousarray(values, dtype=np.float64)
-    if array.ndim != 2:
-        raise ValueError(f"{what} must be two-dimensional, got shape {array.shape}")
-    _check_finite(array, what)
-    return array
+    return _checked(np.ascontiguousarray(values, dtype=np.float64), 2, what)

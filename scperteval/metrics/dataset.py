@@ -25,7 +25,6 @@ whose rows are all equal:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scperteval.kernels.threads import Threads
-from scperteval.metrics._registry import METRICS
+from scperteval.metrics._registry import Decorator, register_metric
 from scperteval.metrics.common import DegenerateInput, as_matrix
 from scperteval.metrics.metric_context import DatasetContext
 
@@ -425,14 +424,17 @@ def _square(distances: npt.ArrayLike) -> Float64Array:
     return d
 
 
-def _competitors(d: Float64Array, axis: int) -> Float64Array:
-    """Along ``axis``, the other entries at most the diagonal one.
+def _competitors(distances: npt.ArrayLike, axis: int, of_others: bool = True) -> Float64Array:
+    """Along ``axis``, the other entries at most the diagonal one, as a share.
 
     Axis 0: for each truth j, predictions i != j at distance <= d(pred_j, truth_j);
     axis 1: for each prediction i, truths j != i at distance <= d(pred_i, truth_i).
+    The count is divided by ``n - 1`` (``of_others``) or ``n``.
     """
+    d = _square(distances)
     counts = (d <= np.expand_dims(np.diag(d), axis)).sum(axis=axis) - 1
-    return counts.astype(np.float64)
+    result: Float64Array = counts.astype(np.float64) / (d.shape[0] - 1 if of_others else d.shape[0])
+    return result
 
 
 def rank_from_distances(distances: npt.ArrayLike) -> Float64Array:
@@ -444,9 +446,7 @@ def rank_from_distances(distances: npt.ArrayLike) -> Float64Array:
         If there are fewer than 2 perturbations or ``D`` has NaN.
 
     """
-    d = _square(distances)
-    result: Float64Array = _competitors(d, 0) / (d.shape[0] - 1)
-    return result
+    return _competitors(distances, 0)
 
 
 def transpose_rank_from_distances(distances: npt.ArrayLike) -> Float64Array:
@@ -458,9 +458,7 @@ def transpose_rank_from_distances(distances: npt.ArrayLike) -> Float64Array:
         If there are fewer than 2 perturbations or ``D`` has NaN.
 
     """
-    d = _square(distances)
-    result: Float64Array = _competitors(d, 1) / (d.shape[0] - 1)
-    return result
+    return _competitors(distances, 1)
 
 
 def nir_from_distances(distances: npt.ArrayLike) -> Float64Array:
@@ -492,19 +490,15 @@ def pds_from_distances(distances: npt.ArrayLike) -> Float64Array:
         If there are fewer than 2 perturbations or ``D`` has NaN.
 
     """
-    d = _square(distances)
-    result: Float64Array = 1.0 - _competitors(d, 1) / d.shape[0]
-    return result
+    return 1.0 - _competitors(distances, 1, of_others=False)
 
 
 # --------------------------------------------------------------------------- metrics
 
 
-def _register(description: str, **meta: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _register(description: str, **meta: Any) -> Decorator:
     """Register a dataset-scope centroid metric under its function's name."""
-    return METRICS.register(
-        description=description, representation="centroid", scope="dataset", **meta
-    )
+    return register_metric(description, representation="centroid", scope="dataset", **meta)
 
 
 def prediction_truth_distances(

@@ -19,12 +19,11 @@ Shared rules:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from scperteval.metrics._registry import METRICS
+from scperteval.metrics._registry import Decorator, register_metric
 from scperteval.metrics.common import DegenerateInput
 from scperteval.metrics.metric_context import PerturbationContext
 from scperteval.stats.ranking import ranking_keys
@@ -104,7 +103,7 @@ class DEView:
         if ranked is None:
             # Ranked on rounded evidence: |t| equal in exact arithmetic ties (see
             # ranking_keys), and ties keep feature order.
-            evidence = ranking_keys(_evidence(self))
+            evidence = ranking_keys(np.nan_to_num(np.abs(self.statistic), nan=0.0, posinf=np.inf))
             order = np.argsort(-evidence, kind="stable")
             ranked = (order, evidence[order])
             self._descending = ranked
@@ -125,11 +124,6 @@ class DEView:
         return int(self.statistic.size)
 
 
-def _evidence(view: DEView) -> Float64Array:
-    """``|statistic|`` with NaN as 0; infinity is kept, and orders above every finite value."""
-    return np.nan_to_num(np.abs(view.statistic), nan=0.0, posinf=np.inf)
-
-
 def _positives(gt: DEView, pred: DEView, alpha: float) -> npt.NDArray[np.bool_]:
     """The truth's DE genes (``pvalue_adj < alpha``), checked to leave both classes."""
     _check_same_length(gt, pred)
@@ -146,14 +140,10 @@ def _positives(gt: DEView, pred: DEView, alpha: float) -> npt.NDArray[np.bool_]:
     return positive
 
 
-def _register(description: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _register(description: str) -> Decorator:
     """Register a DE metric (higher is better, 1 perfect) under its function's name."""
-    return METRICS.register(
-        description=description,
-        representation="de",
-        scope="perturbation",
-        better="higher",
-        perfect=1.0,
+    return register_metric(
+        description, representation="de", scope="perturbation", better="higher", perfect=1.0
     )
 
 

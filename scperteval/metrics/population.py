@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,7 @@ from scperteval.kernels.pairs import (
     rbf_transform,
 )
 from scperteval.kernels.threads import Threads
-from scperteval.metrics._registry import METRICS
+from scperteval.metrics._registry import Decorator, register_metric
 from scperteval.metrics.common import DegenerateInput, as_matrix
 from scperteval.metrics.metric_context import PerturbationContext
 
@@ -59,6 +60,7 @@ __all__ = [
     "energy_distance_from_sums",
     "mmd_from_sums",
     "mmd_bandwidth",
+    "three_sums",
 ]
 
 Float64Array = npt.NDArray[np.float64]
@@ -112,14 +114,35 @@ def _within_sum(x: npt.ArrayLike, transform: PairTransform, max_block_bytes: int
     return 2.0 * pair_sums(a, None, [transform], max_block_bytes=max_block_bytes)[0]
 
 
-def _three_sums(
-    x: Float64Array, y: Float64Array, transform: PairTransform, threads: Threads
+def three_sums(
+    sums: Callable[[Any, Any, list[PairTransform]], list[float]],
+    clouds: Sequence[Any],
+    transform: PairTransform,
 ) -> tuple[float, float, float]:
-    """The cross sum of the centred clouds and their within sums over ordered pairs ``i != j``."""
-    x, y = centred(x, y)
-    (cross,) = pair_sums(x, y, [transform], threads=threads)
-    within_x = 2.0 * pair_sums(x, None, [transform], threads=threads)[0]
-    within_y = 2.0 * pair_sums(y, None, [transform], threads=threads)[0]
+    """The cross sum of two shifted clouds and their within sums over ordered pairs ``i != j``.
+
+    Parameters
+    ----------
+    sums
+        ``sums(x, y, transforms)``: the sums over pairs of a backend
+        (:func:`~scperteval.kernels.pairs.pair_sums`), ``y=None`` for the pairs
+        ``i < j`` of ``x``.
+    clouds
+        The two clouds ``x`` and ``y``, shifted by their pooled mean.
+    transform
+        The transform of the squared distances summed.
+
+    Returns
+    -------
+    tuple of float
+        The cross sum and the within sums of ``x`` and ``y``, the arguments of
+        :func:`energy_distance_from_sums` and :func:`mmd_from_sums`.
+
+    """
+    x, y = clouds
+    (cross,) = sums(x, y, [transform])
+    within_x = 2.0 * sums(x, None, [transform])[0]
+    within_y = 2.0 * sums(y, None, [transform])[0]
     return cross, within_x, within_y
 
 
@@ -352,14 +375,19 @@ def check_sizes(n: int, m: int, unbiased: bool) -> None:
 # ---------------------------------------------------------------------------- metrics
 
 
-@METRICS.register(
-    "energy_distance",
-    description="energy distance between cell populations (unbiased within-sample terms)",
-    representation="population",
-    scope="perturbation",
-    better="lower",
-    perfect=0.0,
-)
+def _register(description: str, **meta: Any) -> Decorator:
+    """Register a population metric (lower is better, 0 perfect) under its function's name."""
+    return register_metric(
+        description,
+        representation="population",
+        scope="perturbation",
+        better="lower",
+        perfect=0.0,
+        **meta,
+    )
+
+
+@_register("energy distance between cell populations (unbiased within-sample terms)")
 def energy_distance(
     gt: npt.ArrayLike,
     pred: npt.ArrayLike,
@@ -400,18 +428,11 @@ def energy_distance(
     """
     x, y = cloud_pair(gt, pred)
     check_sizes(x.shape[0], y.shape[0], unbiased)
-    sums = _three_sums(x, y, SQRT, _threads_of(ctx))
+    sums = three_sums(partial(pair_sums, threads=_threads_of(ctx)), centred(x, y), SQRT)
     return energy_distance_from_sums(*sums, x.shape[0], y.shape[0], unbiased=unbiased)
 
 
-@METRICS.register(
-    "mmd",
-    description="squared maximum mean discrepancy, RBF kernel, median-heuristic bandwidth",
-    representation="population",
-    scope="perturbation",
-    better="lower",
-    perfect=0.0,
-)
+@_register("squared maximum mean discrepancy, RBF kernel, median-heuristic bandwidth")
 def mmd(
     gt: npt.ArrayLike,
     pred: npt.ArrayLike,
@@ -471,7 +492,7 @@ def mmd(
             np.vstack([x, y]) if pooled else x, threads=threads
         ),
     )
-    sums = _three_sums(x, y, rbf_transform(sigma), threads)
+    sums = three_sums(partial(pair_sums, threads=threads), centred(x, y), rbf_transform(sigma))
     return mmd_from_sums(*sums, x.shape[0], y.shape[0], unbiased=unbiased)
 
 
@@ -558,15 +579,7 @@ def check_sinkhorn_options(
         )
 
 
-@METRICS.register(
-    "sinkhorn",
-    description="debiased Sinkhorn estimate of the 2-Wasserstein distance",
-    representation="population",
-    scope="perturbation",
-    better="lower",
-    perfect=0.0,
-    check=check_sinkhorn_options,
-)
+@_register("debiased Sinkhorn estimate of the 2-Wasserstein distance", check=check_sinkhorn_options)
 def sinkhorn(
     gt: npt.ArrayLike,
     pred: npt.ArrayLike,

@@ -49,11 +49,12 @@ def _check_inputs(
     reduction: str,
     degenerate: str,
     loss: str,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[tuple[torch.Tensor, str]]]:
     """Validate shapes and options.
 
     Returns the target and the weights in ``pred``'s dtype, the weights broadcast to
-    ``pred``'s shape.
+    ``pred``'s shape, the row sums of the weights, and the row masks of the checks
+    every loss shares (invalid values, no weight) with their reasons.
     """
     for name, value in (("pred", pred), ("target", target), ("weights", weights)):
         if not isinstance(value, torch.Tensor):
@@ -81,7 +82,15 @@ def _check_inputs(
             f"{loss}: weights must have shape ({genes},) or {tuple(pred.shape)}, "
             f"got {tuple(weights.shape)}"
         )
-    return target.to(pred.dtype), weights.to(pred.dtype).expand(pred.shape)
+    target, weights = target.to(pred.dtype), weights.to(pred.dtype).expand(pred.shape)
+    total = weights.sum(dim=-1)
+    bad_weights = ((weights < 0) | ~torch.isfinite(weights)).any(dim=-1)
+    checks = [
+        (bad_weights, "weights must be finite and non-negative"),
+        ((~torch.isfinite(target)).any(dim=-1), "the target has non-finite values"),
+        (total == 0, "all weights are zero"),
+    ]
+    return target, weights, total, checks
 
 
 def _raise_if_degenerate(checks: list[tuple[torch.Tensor, str]], loss: str) -> None:
@@ -105,13 +114,9 @@ def _raise_if_degenerate(checks: list[tuple[torch.Tensor, str]], loss: str) -> N
         )
 
 
-def _invalid_rows(target: torch.Tensor, weights: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
-    bad_weights = ((weights < 0) | ~torch.isfinite(weights)).any(dim=-1)
-    bad_target = (~torch.isfinite(target)).any(dim=-1)
-    return [
-        (bad_weights, "weights must be finite and non-negative"),
-        (bad_target, "the target has non-finite values"),
-    ]
+def _any_row(checks: list[tuple[torch.Tensor, str]]) -> torch.Tensor:
+    """Rows where any of the checks' masks is True."""
+    return torch.stack([mask for mask, _ in checks]).any(dim=0)
 
 
 def _finish(
@@ -191,11 +196,8 @@ def weighted_mse_loss(
 
     """
     name = "weighted_mse_loss"
-    target, w = _check_inputs(pred, target, weights, reduction, degenerate, name)
-    total = w.sum(dim=-1)
-    no_weight = total == 0
-    checks = [*_invalid_rows(target, w), (no_weight, "all weights are zero")]
-    undefined = torch.stack([mask for mask, _ in checks]).any(dim=0)
+    target, w, total, checks = _check_inputs(pred, target, weights, reduction, degenerate, name)
+    undefined = _any_row(checks)
     safe_total = torch.where(undefined, torch.ones_like(total), total)
     value = (w * (target - pred) ** 2).sum(dim=-1) / safe_total
     return _finish(value, undefined, checks, reduction, degenerate, name)
@@ -250,26 +252,19 @@ def weighted_r2_loss(
 
     """
     name = "weighted_r2_loss"
-    target, w = _check_inputs(pred, target, weights, reduction, degenerate, name)
-    total = w.sum(dim=-1)
-    no_weight = total == 0
+    target, w, total, checks = _check_inputs(pred, target, weights, reduction, degenerate, name)
     support = w > 0
     # Exact comparison, as in the metric: constant over the genes of positive weight.
     highest = torch.where(support, target, torch.full_like(target, -torch.inf)).amax(dim=-1)
     lowest = torch.where(support, target, torch.full_like(target, torch.inf)).amin(dim=-1)
-    constant = ~no_weight & (highest == lowest)
-    invalid = _invalid_rows(target, w)
-    early = torch.stack([no_weight, constant] + [mask for mask, _ in invalid]).any(dim=0)
+    constant = (total != 0) & (highest == lowest)
+    checks.append((constant, "the target is constant over the genes of positive weight"))
+    early = _any_row(checks)
     share = w / torch.where(early, torch.ones_like(total), total).unsqueeze(-1)
     mean = (share * target).sum(dim=-1, keepdim=True)
     spread = (share * (target - mean) ** 2).sum(dim=-1)
     underflow = ~early & (spread == 0)
-    checks = [
-        *invalid,
-        (no_weight, "all weights are zero"),
-        (constant, "the target is constant over the genes of positive weight"),
-        (underflow, "the weighted variance of the target underflows to zero"),
-    ]
+    checks.append((underflow, "the weighted variance of the target underflows to zero"))
     undefined = early | underflow
     residual = (share * (target - pred) ** 2).sum(dim=-1)
     value = residual / torch.where(undefined, torch.ones_like(spread), spread)

@@ -142,16 +142,10 @@ class _TorchOps(ArrayOps):
         return np.asarray(values.cpu().numpy())
 
 
-def _applied(kind: str, scale: float, d2: torch.Tensor) -> torch.Tensor:
-    """A new tensor with the transform of the squared distances ``d2``."""
-    if kind == "sqrt":
-        return torch.sqrt(d2)
-    return torch.exp(d2 * scale)
-
-
 def _add_sums(totals: torch.Tensor, transforms: Sequence[PairTransform], d2: torch.Tensor) -> None:
     for index, (kind, scale) in enumerate(transforms):
-        totals[index] += _applied(kind, scale, d2).sum(dtype=torch.float64)
+        values = torch.sqrt(d2) if kind == "sqrt" else torch.exp(d2 * scale)
+        totals[index] += values.sum(dtype=torch.float64)
 
 
 class TorchStoredPairs:

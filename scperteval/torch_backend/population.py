@@ -20,6 +20,7 @@ from scperteval.metrics.population import (
     energy_distance_from_sums,
     mmd_bandwidth,
     mmd_from_sums,
+    three_sums,
 )
 from scperteval.torch_backend._common import DeviceLike, as_cloud
 from scperteval.torch_backend.pairs import DEFAULT_BLOCK_BYTES, TorchPairs, _prepared
@@ -38,17 +39,6 @@ def _cloud_pair(gt: Any, pred: Any, device: torch.device) -> tuple[torch.Tensor,
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"truth has {x.shape[1]} features but prediction has {y.shape[1]}")
     return x, y
-
-
-def _three_sums(
-    pairs: TorchPairs, x: torch.Tensor, y: torch.Tensor, transform: tuple[str, float]
-) -> tuple[float, float, float]:
-    """The cross sum and the two within sums over ordered pairs ``i != j``."""
-    x, y = _prepared(pairs.dtype, x, y)
-    (cross,) = pairs.sums(x, y, [transform])
-    within_x = 2.0 * pairs.sums(x, None, [transform])[0]
-    within_y = 2.0 * pairs.sums(y, None, [transform])[0]
-    return cross, within_x, within_y
 
 
 def median_pairwise_distance(
@@ -154,7 +144,7 @@ def energy_distance(
     pairs = TorchPairs(device, dtype, max_block_bytes)
     x, y = _cloud_pair(gt, pred, pairs.device)
     check_sizes(x.shape[0], y.shape[0], unbiased)
-    sums = _three_sums(pairs, x, y, SQRT)
+    sums = three_sums(pairs.sums, _prepared(pairs.dtype, x, y), SQRT)
     return energy_distance_from_sums(*sums, x.shape[0], y.shape[0], unbiased=unbiased)
 
 
@@ -229,5 +219,5 @@ def mmd(
     sigma = mmd_bandwidth(
         bandwidth, lambda pooled: pairs.median(torch.cat([x, y]) if pooled else x)
     )
-    sums = _three_sums(pairs, x, y, rbf_transform(sigma))
+    sums = three_sums(pairs.sums, _prepared(pairs.dtype, x, y), rbf_transform(sigma))
     return mmd_from_sums(*sums, x.shape[0], y.shape[0], unbiased=unbiased)
