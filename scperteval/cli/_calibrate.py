@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from scperteval.cli._options import (
+    add_command,
     add_engine_options,
     add_input_argument,
     add_thresholds_option,
@@ -20,15 +21,15 @@ from scperteval.cli._options import (
 
 def add_parser(commands: Any) -> None:
     """Register the ``calibrate`` subcommand."""
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "calibrate",
-        help="score positive and negative controls and judge each protocol",
-        description=(
-            "Score each protocol's positive control (a technical or interpolated duplicate "
-            "of the truth) and negative control (dataset mean, control mean, other cells), "
-            "and report the dynamic range fraction (DRF) and bound discrimination score "
-            "(BDS) that tell whether the protocol can be trusted on this dataset."
-        ),
+        run,
+        "score positive and negative controls and judge each protocol",
+        "Score each protocol's positive control (a technical or interpolated duplicate "
+        "of the truth) and negative control (dataset mean, control mean, other cells), "
+        "and report the dynamic range fraction (DRF) and bound discrimination score "
+        "(BDS) that tell whether the protocol can be trusted on this dataset.",
     )
     add_input_argument(parser, "run on a small simulated dataset")
     add_engine_options(
@@ -57,7 +58,6 @@ def add_parser(commands: Any) -> None:
         "which verdicts change against the unsplit calibration",
     )
     parser.add_argument("--out", required=True, help="output folder")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from typing import Any
 from scperteval.cli._options import (
     DE_METHOD_CHOICES,
     EXAMPLE_SETTINGS,
+    add_command,
     add_dataset_options,
     add_input_argument,
     add_quiet_option,
@@ -23,13 +24,13 @@ __all__ = ["EXAMPLE_SETTINGS", "add_parser", "run"]
 
 def add_parser(commands: Any) -> None:
     """Register the ``de`` subcommand."""
-    de = commands.add_parser(
+    de = add_command(
+        commands,
         "de",
-        help="differential expression of every perturbation at once",
-        description=(
-            "Differential expression of every perturbation against the other perturbed "
-            "cells of its covariate group (rest) or its controls, written to DIR/de.parquet."
-        ),
+        run,
+        "differential expression of every perturbation at once",
+        "Differential expression of every perturbation against the other perturbed "
+        "cells of its covariate group (rest) or its controls, written to DIR/de.parquet.",
     )
     add_input_argument(de, "run on a small simulated dataset (12 perturbations, 2 cell lines)")
     add_dataset_options(de)
@@ -44,7 +45,6 @@ def add_parser(commands: Any) -> None:
     de.add_argument("--seed", type=int, default=0, help="seed of the truth/duplicate split")
     add_quiet_option(de)
     de.add_argument("--out", required=True, help="output folder")
-    de.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

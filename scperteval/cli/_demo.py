@@ -9,6 +9,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from scperteval.cli._options import add_command
+
 DEMO_DATA: Mapping[str, Any] = MappingProxyType(
     {
         "n_perturbations": 20,
@@ -38,20 +40,19 @@ DEMO_MODELS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
 
 def add_parser(commands: Any) -> None:
     """Register the ``demo`` subcommand."""
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "demo",
-        help="simulate a screen and six models, calibrate, score and write the report",
-        description=(
-            "Simulate a perturbation screen with known effects (two cell lines, "
-            "combinations, a control bias) and six models of known quality, then calibrate "
-            "every protocol of the default suite, score the models and baselines and write "
-            "the leaderboard report."
-        ),
+        run,
+        "simulate a screen and six models, calibrate, score and write the report",
+        "Simulate a perturbation screen with known effects (two cell lines, "
+        "combinations, a control bias) and six models of known quality, then calibrate "
+        "every protocol of the default suite, score the models and baselines and write "
+        "the leaderboard report.",
     )
     parser.add_argument("--out", default="scperteval_demo", help="output folder")
     parser.add_argument("--workers", type=int, default=2, help="threads (default 2)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.set_defaults(handler=run)
 
 
 def _duplicate_cells(adata: Any, seed: int) -> Any:

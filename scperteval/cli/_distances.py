@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scperteval.cli._options import add_subset_option, parse_subset
+from scperteval.cli._options import add_command, add_subset_option, parse_subset
 from scperteval.data.labels import unmatched_listing
 from scperteval.errors import DatasetError, SpecError
 
@@ -16,15 +16,15 @@ FORMATS = ("csv", "parquet")
 
 def add_parser(commands: Any) -> None:
     """Register the ``distances`` subcommand."""
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "distances",
-        help="distances between groups of cells (pairwise, or to a reference with tests)",
-        description=(
-            "Distances between the groups of cells of an .h5ad file, under pertpy's metric "
-            "names: every pair of groups (DIR/distances.csv and DIR/heatmap.png), or with "
-            "--reference each group against one reference group, optionally with a seeded "
-            "permutation test (--permutations)."
-        ),
+        run,
+        "distances between groups of cells (pairwise, or to a reference with tests)",
+        "Distances between the groups of cells of an .h5ad file, under pertpy's metric "
+        "names: every pair of groups (DIR/distances.csv and DIR/heatmap.png), or with "
+        "--reference each group against one reference group, optionally with a seeded "
+        "permutation test (--permutations).",
     )
     parser.add_argument("data", help="input .h5ad file")
     parser.add_argument("--groupby", required=True, help="obs column of the group labels")
@@ -65,7 +65,6 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--no-figure", action="store_true", help="skip the PNG figure")
     parser.add_argument("--threads", type=int, default=None, help="threads (default: cores)")
     parser.add_argument("--out", required=True, help="output folder")
-    parser.set_defaults(handler=run)
 
 
 def _check_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -7,6 +7,8 @@ import importlib
 from types import MappingProxyType
 from typing import Any
 
+from scperteval.cli._options import add_command
+
 KIND_DESCRIPTIONS = MappingProxyType(
     {
         "protocols": "the protocols of a suite (-p SUITE; default: the whole catalogue)",
@@ -35,15 +37,14 @@ _REGISTRIES = MappingProxyType(
 
 def add_parser(commands: Any) -> None:
     """Register the ``list`` subcommand."""
-    parser = commands.add_parser(
+    parser = add_command(
+        commands,
         "list",
-        help="list protocols, metrics, spaces, sources, calibrators, DE methods, suites or "
-        "distances",
-        description=(
-            "List what can be named in protocols and suites: the protocols of a suite, "
-            "registered metrics, feature spaces, sources (controls and baselines), "
-            "calibrators, DE methods, and the shipped suites."
-        ),
+        run,
+        "list protocols, metrics, spaces, sources, calibrators, DE methods, suites or distances",
+        "List what can be named in protocols and suites: the protocols of a suite, "
+        "registered metrics, feature spaces, sources (controls and baselines), "
+        "calibrators, DE methods, and the shipped suites.",
     )
     parser.add_argument("kind", nargs="?", choices=KINDS, help="what to list (omit: the kinds)")
     parser.add_argument(
@@ -52,7 +53,6 @@ def add_parser(commands: Any) -> None:
         default="default",
         help="suite whose protocols to list (kind protocols)",
     )
-    parser.set_defaults(handler=run)
 
 
 def rows(kind: str, suite: str = "default") -> list[tuple[str, str]]:

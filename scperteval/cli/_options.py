@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, closing, nullcontext
 from types import MappingProxyType
 from typing import Any
@@ -22,6 +22,24 @@ EXAMPLE_SETTINGS: Mapping[str, Any] = MappingProxyType(
     }
 )
 DE_METHOD_CHOICES = ("t-test", "t-test_overestim_var", "wilcoxon")
+
+
+def add_command(
+    commands: Any,
+    name: str,
+    run: Callable[[argparse.Namespace], int],
+    summary: str,
+    description: str,
+    **texts: str,
+) -> argparse.ArgumentParser:
+    """Register the subcommand ``name``, run by ``run``, and return its parser.
+
+    ``summary`` is its line in the list of commands and ``description`` opens its
+    own help; ``texts`` go to ``add_parser`` as well (an ``epilog``).
+    """
+    parser = commands.add_parser(name, help=summary, description=description, **texts)
+    parser.set_defaults(handler=run)
+    return parser
 
 
 def add_dataset_options(parser: argparse.ArgumentParser) -> None:

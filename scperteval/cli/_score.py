@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from scperteval.cli._options import (
+    add_command,
     add_engine_options,
     add_quiet_option,
     add_thresholds_option,
@@ -21,14 +22,14 @@ from scperteval.errors import SpecError
 
 def add_parser(commands: Any) -> None:
     """Register the ``score`` and ``report`` subcommands."""
-    score = commands.add_parser(
+    score = add_command(
+        commands,
         "score",
-        help="score models and baselines, calibrated, and write a leaderboard report",
-        description=(
-            "Score every model's predictions and the built-in baselines against the truth "
-            "half, express each score between the negative (0) and positive (1) control, "
-            "rank on trusted protocols and write leaderboard tables, figures and report.html."
-        ),
+        run_score,
+        "score models and baselines, calibrated, and write a leaderboard report",
+        "Score every model's predictions and the built-in baselines against the truth "
+        "half, express each score between the negative (0) and positive (1) control, "
+        "rank on trusted protocols and write leaderboard tables, figures and report.html.",
         epilog=(
             "Predictions in every accepted form, the gene-matching rules, the scale they "
             "must be on and the delta convention: see 'Bring your own predictions' in the "
@@ -84,25 +85,23 @@ def add_parser(commands: Any) -> None:
     )
     _add_report_options(score)
     score.add_argument("--out", required=True, help="output folder")
-    score.set_defaults(handler=run_score)
 
-    report = commands.add_parser(
+    report = add_command(
+        commands,
         "report",
-        help="re-derive calibration, leaderboard and figures from stored results",
-        description=(
-            "Rebuild the leaderboard and report from results.parquet without the data; "
-            "several folders on the same data (checksum) and seed merge into one leaderboard "
-            "(the same model may appear in runs of different protocols; runs that each scored "
-            "one fold's predictions under the same split pool into that split's leaderboard); "
-            "folders on "
-            "different data give a models x datasets summary (datasets.csv/.md/.tex/.html)."
-        ),
+        run_report,
+        "re-derive calibration, leaderboard and figures from stored results",
+        "Rebuild the leaderboard and report from results.parquet without the data; "
+        "several folders on the same data (checksum) and seed merge into one leaderboard "
+        "(the same model may appear in runs of different protocols; runs that each scored "
+        "one fold's predictions under the same split pool into that split's leaderboard); "
+        "folders on "
+        "different data give a models x datasets summary (datasets.csv/.md/.tex/.html).",
     )
     report.add_argument("folders", nargs="+", help="output folder(s) of scperteval score")
     _add_report_options(report, defaults=False)
     report.add_argument("--out", default=None, help="output folder (default: the input folder)")
     add_quiet_option(report)
-    report.set_defaults(handler=run_report)
 
 
 def _add_report_options(parser: argparse.ArgumentParser, defaults: bool = True) -> None:

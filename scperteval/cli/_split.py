@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 from scperteval.cli._options import (
+    add_command,
     add_dataset_options,
     add_input_argument,
     dataset_kwargs,
@@ -21,15 +22,15 @@ DEFAULT_FOLDS = 5
 
 def add_parser(commands: Any) -> None:
     """Register the ``split`` subcommand."""
-    split = commands.add_parser(
+    split = add_command(
+        commands,
         "split",
-        help="split the perturbations into cross-validation folds",
-        description=(
-            "Deal the perturbations of each covariate group into K seeded folds (every "
-            "perturbation held out by exactly one fold), or check a split of your own "
-            "against the data (--from), and write it as a table (.csv, .tsv, .parquet) "
-            "with, for each combination A+B, how many of its singles each fold trains on."
-        ),
+        run,
+        "split the perturbations into cross-validation folds",
+        "Deal the perturbations of each covariate group into K seeded folds (every "
+        "perturbation held out by exactly one fold), or check a split of your own "
+        "against the data (--from), and write it as a table (.csv, .tsv, .parquet) "
+        "with, for each combination A+B, how many of its singles each fold trains on.",
     )
     add_input_argument(split, "split a small simulated dataset (12 perturbations, 2 cell lines)")
     add_dataset_options(split)
@@ -46,7 +47,6 @@ def add_parser(commands: Any) -> None:
         "(or role: train/val/test), optionally covariate, or an obs column",
     )
     split.add_argument("--out", required=True, help="table to write (.csv, .tsv or .parquet)")
-    split.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
