@@ -14,7 +14,6 @@ from scperteval.engine.calibrators import Thresholds, calibration_table, verdict
 from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS
 from scperteval.engine.failures import failure_counts, failure_lines
 from scperteval.engine.population_cap import DEFAULT_MAX_POPULATION_CELLS, NO_CAP
-from scperteval.errors import SpecError
 from scperteval.outputs import staged_output
 from scperteval.runinfo import Timer, write_run_json
 from scperteval.scoring.result import write_tables
@@ -29,6 +28,7 @@ from scperteval.workflows.option_types import (
 )
 from scperteval.workflows.steps import (
     check_job_options,
+    check_min_perturbations,
     open_engine,
     protocol_table,
     run_protocol_tasks,
@@ -257,10 +257,7 @@ def calibrate(
     timer = Timer()
     started = time.time()
     thresholds = as_thresholds(thresholds)
-    if isinstance(min_perturbations, bool) or not isinstance(min_perturbations, int):
-        raise SpecError(f"min_perturbations must be a whole number, got {min_perturbations!r}")
-    if min_perturbations < 1:
-        raise SpecError(f"min_perturbations must be at least 1, got {min_perturbations}")
+    check_min_perturbations(min_perturbations)
     # Options both the checks and the engine take.
     shared = {"seed": seed, "de_method": de_method, "device": device, "precision": precision}
     chosen, workers, cap = check_job_options(

@@ -37,6 +37,7 @@ from scperteval.workflows.split_scoring import (
 )
 from scperteval.workflows.steps import (
     check_job_options,
+    check_min_perturbations,
     open_engine,
     protocol_table,
     run_protocol_tasks,
@@ -208,10 +209,7 @@ def score(
             "--truth all: a calibrated score sets a model between controls whose deltas "
             "are taken against the measured control"
         )
-    if isinstance(min_perturbations, bool) or not isinstance(min_perturbations, int):
-        raise SpecError(f"min_perturbations must be a whole number, got {min_perturbations!r}")
-    if min_perturbations < 1:
-        raise SpecError(f"min_perturbations must be at least 1, got {min_perturbations}")
+    check_min_perturbations(min_perturbations)
     if isinstance(predictions, Mapping) and not predictions:
         raise SpecError("give at least one model to score (predictions={'name': ...})")
     # Options both the checks and the engine take.

@@ -49,6 +49,7 @@ __all__ = [
     "build_engine",
     "check_calibratable",
     "check_job_options",
+    "check_min_perturbations",
     "check_run_options",
     "load_and_hash",
     "open_engine",
@@ -213,6 +214,26 @@ def check_job_options(
     workers = check_run_options(**run_options)
     cap = check_max_population_cells(max_population_cells)
     return resolve_protocols(protocols), workers, cap
+
+
+def check_min_perturbations(min_perturbations: Any) -> None:
+    """Refuse a ``min_perturbations`` that is not a whole number of at least 1.
+
+    Parameters
+    ----------
+    min_perturbations
+        Fewest perturbations with both controls a protocol needs to be trusted.
+
+    Raises
+    ------
+    SpecError
+        If it is not a whole number, or is below 1.
+
+    """
+    if isinstance(min_perturbations, bool) or not isinstance(min_perturbations, int):
+        raise SpecError(f"min_perturbations must be a whole number, got {min_perturbations!r}")
+    if min_perturbations < 1:
+        raise SpecError(f"min_perturbations must be at least 1, got {min_perturbations}")
 
 
 def open_engine(
