@@ -249,10 +249,7 @@ class Context:
         key = self._de_key(method, reference, half)
         if self.de_origin(*key) is not None:
             return self.de(*key).pvalue_adj
-        adjusted: np.ndarray = self._memo.get(
-            ("de_pvalue_adj", *key), lambda: self._tested(*key)[4]
-        )
-        return adjusted
+        return self._memo.get(("de_pvalue_adj", *key), lambda: self._tested(*key)[4])
 
     def _de_key(self, method: str | None, reference: str, half: str) -> tuple[str, str, str]:
         """The checked ``(method, reference, half)`` of a DE request."""
@@ -272,15 +269,9 @@ class Context:
         """
         target, ref = self._de_groups(reference, half)
         statistic, pvalue = DE_METHODS.get(method).func(self, target, ref, reference, half)
-        if method in WELCH_METHODS:
-            return (
-                target,
-                ref,
-                statistic,
-                None,
-                benjamini_hochberg(pvalue, overwrite=True, threads=self.threads),
-            )
-        return target, ref, statistic, pvalue, benjamini_hochberg(pvalue, threads=self.threads)
+        welch = method in WELCH_METHODS
+        adjusted = benjamini_hochberg(pvalue, overwrite=welch, threads=self.threads)
+        return target, ref, statistic, None if welch else pvalue, adjusted
 
     def de_origin(
         self, method: str | None = None, reference: str = "rest", half: str = "all"
