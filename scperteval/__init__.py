@@ -57,11 +57,9 @@ _LAZY = MappingProxyType(
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    if name not in _LAZY:
         raise AttributeError(f"module 'scperteval' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
+    value = globals()[name] = getattr(importlib.import_module(_LAZY[name]), name)
     return value
 
 
