@@ -25,12 +25,7 @@ DE_METHOD_CHOICES = ("t-test", "t-test_overestim_var", "wilcoxon")
 
 
 def add_command(
-    commands: Any,
-    name: str,
-    run: Callable[[argparse.Namespace], int],
-    summary: str,
-    description: str,
-    **texts: str,
+    commands: Any, name: str, run: Callable[..., int], summary: str, description: str, **texts: str
 ) -> argparse.ArgumentParser:
     """Register the subcommand ``name``, run by ``run``, and return its parser.
 
