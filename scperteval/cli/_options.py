@@ -100,18 +100,10 @@ def parse_subset(items: Sequence[str]) -> dict[str, Any]:
 
 def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments of the Python API from the dataset options."""
-    return {
-        "perturbation_key": args.perturbation_key,
-        "control_label": args.control_label,
-        "covariate_key": args.covariate_key,
-        "layer": args.layer,
-        "min_cells": args.min_cells,
-        "normalize": args.normalize,
-        "subset": parse_subset(args.subset),
-        "backed": args.backed,
-        "chunk_cells": args.chunk_cells,
-        "pool": args.pool,
-    }
+    from scperteval.data.load import DATASET_OPTIONS
+
+    options = {key: getattr(args, key) for key in DATASET_OPTIONS}
+    return {**options, "subset": parse_subset(args.subset)}
 
 
 def add_input_argument(parser: argparse.ArgumentParser, example_help: str) -> None:
