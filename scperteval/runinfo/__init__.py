@@ -21,10 +21,11 @@ __all__ = ["Timer", "write_atomic", "write_run_json"]
 
 
 class Timer:
-    """Named wall-clock timings of the steps of a run."""
+    """Named wall-clock timings of the steps of a run, and its total since the timer was made."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.started = time.time()
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -34,6 +35,10 @@ class Timer:
             yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def timings(self) -> dict[str, float]:
+        """Every step's seconds, and the ``total`` seconds since the timer was made."""
+        return {**self.seconds, "total": time.time() - self.started}
 
 
 def write_atomic(path: Path, write: Callable[[Path], object]) -> None:

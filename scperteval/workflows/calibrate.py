@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Unpack
@@ -255,7 +254,6 @@ def calibrate(
     """
     check_option_types(out=out, sample_cells=sample_cells, progress=progress)
     timer = Timer()
-    started = time.time()
     thresholds = as_thresholds(thresholds)
     check_min_perturbations(min_perturbations)
     # Options both the checks and the engine take.
@@ -318,7 +316,7 @@ def calibrate(
     with staged_output(out) as folder:
         with timer.step("write"):
             result.write(folder)
-        info["timings_seconds"] = {**timer.seconds, "total": time.time() - started}
+        info["timings_seconds"] = timer.timings()
         options = {
             "protocols": [p.name for p in chosen],
             **engine.context.dataset.options(),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Unpack
 
@@ -76,7 +75,6 @@ def de(
 
     """
     timer = Timer()
-    started = time.time()
     check_option_types(out=out, progress=progress)
     for what, value, choices in (("reference", reference, REFERENCES), ("half", half, HALVES)):
         if value not in choices:
@@ -113,6 +111,6 @@ def de(
                 {"covariate": c.covariate, "perturbation": c.perturbation, "cells": n}
                 for c, n in dataset.dropped
             ],
-            timings_seconds={**timer.seconds, "total": time.time() - started},
+            timings_seconds=timer.timings(),
         )
     return table

@@ -197,7 +197,6 @@ def score(
         correction=correction,
     )
     timer = Timer()
-    started = time.time()
     thresholds = as_thresholds(thresholds)
     if truth not in TRUTH_MODES:
         raise SpecError(f"truth must be 'half' or 'all', got {truth!r}")
@@ -336,7 +335,7 @@ def score(
     result = ScoreResult.from_derived(derived, protocols_described, thresholds, info)
     for name, table in split_tables.items():
         setattr(result, name, table)
-    info["timings_seconds"] = {**timer.seconds, "total": time.time() - started}
+    info["timings_seconds"] = timer.timings()
     if out is not None:
         with staged_output(out) as folder:
             result.write(folder, figures=figures, progress=progress)
