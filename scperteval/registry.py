@@ -207,12 +207,8 @@ class Registry:
         target, options = parse_spec(spec)
         if callable(target):
             name = getattr(target, "__name__", repr(target))
-            entry = Entry(
-                name=name,
-                func=target,
-                description=(inspect.getdoc(target) or "").split("\n")[0],
-                meta=dict(meta),
-            )
+            description = (inspect.getdoc(target) or "").split("\n")[0]
+            entry = Entry(name, target, description, dict(meta))
         else:
             entry = self.get(str(target))
         check_options(entry, options, self.kind)
