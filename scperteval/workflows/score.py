@@ -267,8 +267,7 @@ def score(
     all_results = results
     if extra:
         # The criterion's own protocol is judged on, not ranked.
-        results = results[~results["protocol"].isin([p.name for p in extra])]
-        results = results.reset_index(drop=True)
+        results = results[~results["protocol"].isin([p.name for p in extra])].reset_index(drop=True)
 
     def derive_on(table: Any, trusted: Any = None) -> Any:
         return derive(
