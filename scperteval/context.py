@@ -221,10 +221,8 @@ class Context:
 
         """
         key = self._de_key(method, reference, half)
-        method = key[0]
-        table = self._de_tables.get(key)
-        compute = self._de if table is None else self._de_from_table
-        return self._memo.get(("de", *key), lambda: compute(method, reference, half))
+        compute = self._de_from_table if key in self._de_tables else self._de
+        return self._memo.get(("de", *key), lambda: compute(*key))
 
     def de_adjusted_pvalues(
         self, method: str | None = None, reference: str = "rest", half: str = "all"
