@@ -249,10 +249,8 @@ def solve(
 
     Parameters
     ----------
-    softmin, costs, log_weights
-        As for :func:`converge`.
-    temperatures
-        The annealing (:func:`temperature_schedule`).
+    softmin, costs, log_weights, temperatures
+        As for :func:`anneal`.
     tol, max_iter
         As for :func:`converge`; ``tol=None`` stops at the end of the annealing.
     annealing
