@@ -84,12 +84,7 @@ class PrecomputedDE:
 
     def record(self) -> dict[str, str]:
         """What ``run.json`` keeps about the table."""
-        return {
-            "source": self.source,
-            "method": self.method,
-            "reference": self.reference,
-            "half": self.half,
-        }
+        return {name: getattr(self, name) for name in ("source", "method", "reference", "half")}
 
 
 def read_de_table(
