@@ -222,8 +222,7 @@ class GroupStats:
 
         """
         position = range(len(self.n))[index]
-        rows = slice(position, position + 1)
-        return GroupStats(n=self.n[rows], mean=self.mean[rows], m2=self.m2[rows])
+        return self.select(slice(position, position + 1))
 
     def allclose(self, other: GroupStats, rtol: float = 1e-12, atol: float = 1e-12) -> bool:
         """Whether two summaries agree to the given tolerances."""
