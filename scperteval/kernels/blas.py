@@ -49,27 +49,36 @@ def _leading_dimension(array: np.ndarray, name: str) -> int:
 def _call_two_factor_routine(
     name: str,
     flags: tuple[bytes, bytes],
-    shape: tuple[int, int],
     alpha: float,
-    operands: tuple[tuple[np.ndarray, str], tuple[np.ndarray, str]],
     beta: float,
-    result: np.ndarray,
-    result_name: str,
+    arrays: dict[str, np.ndarray],
+    order: tuple[str, str, str],
 ) -> None:
-    """Call ``dsymm`` or ``dsyr2k``, whose argument lists have the same form.
+    """Check the arrays, then call ``dsymm`` or ``dsyr2k``, whose argument lists have the same form.
 
-    Two flags, two sizes, ``alpha``, two operands with their leading dimensions,
-    ``beta`` and the result with its leading dimension.
+    ``arrays`` holds the square matrix, the ``m x k`` array giving the sizes and the
+    other ``m x k`` array, in that order (the order of the shape error); ``order``
+    names the two operands and the result as the routine takes them. Two flags, two
+    sizes, ``alpha``, the two operands with their leading dimensions, ``beta`` and
+    the result with its leading dimension are passed; nothing when a size is 0.
     """
+    (square, sized, other), result = arrays.values(), order[2]
+    size, width = sized.shape
+    if not arrays[result].flags.writeable:
+        raise ValueError(f"{result} is read-only")
+    if square.shape != (size, size) or other.shape != (size, width):
+        raise ValueError(f"shapes {square.shape}, {sized.shape}, {other.shape} do not match")
+    if size == 0 or width == 0:
+        return
     call = routine("blas", name, *_TWO_FACTOR_SIGNATURE)
-    (first, first_name), (second, second_name) = operands
+    (first, first_ld), (second, second_ld), (out, out_ld) = (
+        (double_pointer(arrays[key]), int_reference(_leading_dimension(arrays[key], key)))
+        for key in order
+    )
     call(
-        flags[0], flags[1], int_reference(shape[0]), int_reference(shape[1]),
-        double_reference(alpha),
-        double_pointer(first), int_reference(_leading_dimension(first, first_name)),
-        double_pointer(second), int_reference(_leading_dimension(second, second_name)),
-        double_reference(beta),
-        double_pointer(result), int_reference(_leading_dimension(result, result_name)),
+        flags[0], flags[1], int_reference(size), int_reference(width),
+        double_reference(alpha), first, first_ld, second, second_ld,
+        double_reference(beta), out, out_ld,
     )  # fmt: skip
 
 
@@ -99,16 +108,9 @@ def symmetric_product(lower: np.ndarray, factor: np.ndarray, out: np.ndarray) ->
            [1., 3.]])
 
     """
-    size, width = factor.shape
-    if not out.flags.writeable:
-        raise ValueError("out is read-only")
-    if lower.shape != (size, size) or out.shape != (size, width):
-        raise ValueError(f"shapes {lower.shape}, {factor.shape}, {out.shape} do not match")
-    if size == 0 or width == 0:
-        return out
     _call_two_factor_routine(
-        "dsymm", (b"L", b"L"), (size, width), 1.0,
-        ((lower, "lower"), (factor, "factor")), 0.0, out, "out",
+        "dsymm", (b"L", b"L"), 1.0, 0.0,
+        {"lower": lower, "factor": factor, "out": out}, ("lower", "factor", "out"),
     )  # fmt: skip
     return out
 
@@ -139,14 +141,7 @@ def symmetric_rank_2k_update(
            [1., 1.]])
 
     """
-    size, rank = first.shape
-    if not lower.flags.writeable:
-        raise ValueError("lower is read-only")
-    if lower.shape != (size, size) or second.shape != (size, rank):
-        raise ValueError(f"shapes {lower.shape}, {first.shape}, {second.shape} do not match")
-    if size == 0 or rank == 0:
-        return
     _call_two_factor_routine(
-        "dsyr2k", (b"L", b"N"), (size, rank), alpha,
-        ((first, "first"), (second, "second")), 1.0, lower, "lower",
+        "dsyr2k", (b"L", b"N"), alpha, 1.0,
+        {"lower": lower, "first": first, "second": second}, ("first", "second", "lower"),
     )  # fmt: skip

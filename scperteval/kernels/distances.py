@@ -9,43 +9,31 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True)
-def complete_squared_distances(
-    tile: np.ndarray, sq_a: np.ndarray, sq_b: np.ndarray, rtol: float
+def complete_distances(
+    tile: np.ndarray, sq_a: np.ndarray, sq_b: np.ndarray, rtol: float, out: np.ndarray | None
 ) -> None:
     """Turn ``-2 a.b`` into snapped squared distances, in place, in one pass.
 
     ``tile[i, j]`` holds ``-2 a_i . b_j``; it becomes ``(tile + sq_a[i]) + sq_b[j]``
     (the same additions, in the same order, as NumPy's broadcast ``+=``), set to 0
     where it is at most ``rtol * (sq_a[i] + sq_b[j])``: rounding noise of the
-    expansion, as for coinciding points.
+    expansion, as for coinciding points. The distances (square roots) are also
+    written to ``out`` unless it is ``None``; numba compiles a version for each
+    case, so the test leaves the loop.
     """
     n_rows, n_columns = tile.shape
     for i in range(n_rows):
         norm_a = sq_a[i]
         row = tile[i]
+        if out is not None:
+            out_row = out[i]
         for j in range(n_columns):
             value = row[j] + norm_a + sq_b[j]
             if value <= rtol * (norm_a + sq_b[j]):
                 value = 0.0
             row[j] = value
-
-
-@numba.njit(cache=True, nogil=True)
-def complete_distances(
-    tile: np.ndarray, sq_a: np.ndarray, sq_b: np.ndarray, rtol: float, out: np.ndarray
-) -> None:
-    """:func:`complete_squared_distances`, also writing the distances (square roots) to ``out``."""
-    n_rows, n_columns = tile.shape
-    for i in range(n_rows):
-        norm_a = sq_a[i]
-        row = tile[i]
-        out_row = out[i]
-        for j in range(n_columns):
-            value = row[j] + norm_a + sq_b[j]
-            if value <= rtol * (norm_a + sq_b[j]):
-                value = 0.0
-            row[j] = value
-            out_row[j] = math.sqrt(value)
+            if out is not None:
+                out_row[j] = math.sqrt(value)
 
 
 @numba.njit(cache=True, nogil=True)

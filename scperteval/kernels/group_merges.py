@@ -11,65 +11,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["leave_one_out_rows", "merge_group_rows"]
-
-
-@numba.njit(cache=True, nogil=True)
-def merge_group_rows(
-    n: np.ndarray,
-    mean: np.ndarray,
-    m2: np.ndarray,
-    members: np.ndarray,
-    starts: np.ndarray,
-    out_n: np.ndarray,
-    out_mean: np.ndarray,
-    out_m2: np.ndarray,
-    first_feature: int,
-    stop_feature: int,
-) -> None:
-    """Pool groups: output ``k`` gathers ``members[starts[k]:starts[k + 1]]``.
-
-    ``M2 = sum_g (M2_g + n_g (mean_g - mean)^2)``, the sums taken from 0 in the
-    order of ``members`` (ascending group numbers, as a CSR indicator product).
-
-    Parameters
-    ----------
-    n, mean, m2
-        Input counts ``(groups,)``, means and centred sums of squares
-        ``(groups, features)``.
-    members, starts
-        Input groups sorted by output group, and offsets (``outputs + 1``).
-    out_n, out_mean, out_m2
-        Outputs, one row per output group.
-    first_feature, stop_feature
-        The features computed by this call (threads take disjoint ranges).
-
-    """
-    for k in range(starts.shape[0] - 1):
-        total = 0.0
-        row_mean = out_mean[k, first_feature:stop_feature]
-        row_m2 = out_m2[k, first_feature:stop_feature]
-        row_mean[:] = 0.0
-        row_m2[:] = 0.0
-        for position in range(starts[k], starts[k + 1]):
-            group = members[position]
-            count = n[group]
-            total += count
-            group_mean = mean[group, first_feature:stop_feature]
-            for feature in range(row_mean.shape[0]):
-                row_mean[feature] += group_mean[feature] * count
-        out_n[k] = total
-        safe = total if total > 0 else 1.0
-        for feature in range(row_mean.shape[0]):
-            row_mean[feature] /= safe
-        for position in range(starts[k], starts[k + 1]):
-            group = members[position]
-            count = n[group]
-            group_mean = mean[group, first_feature:stop_feature]
-            group_m2 = m2[group, first_feature:stop_feature]
-            for feature in range(row_mean.shape[0]):
-                delta = group_mean[feature] - row_mean[feature]
-                row_m2[feature] += group_m2[feature] + count * (delta * delta)
+__all__ = ["merge_group_rows"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -95,7 +37,7 @@ def _combine_into(
 
 
 @numba.njit(cache=True, nogil=True)
-def leave_one_out_rows(
+def merge_group_rows(
     n: np.ndarray,
     mean: np.ndarray,
     m2: np.ndarray,
@@ -106,26 +48,62 @@ def leave_one_out_rows(
     out_m2: np.ndarray,
     first_feature: int,
     stop_feature: int,
+    leave_one_out: bool,
 ) -> None:
-    """Per group, the pooled statistics of the other groups of its label.
+    """Pool groups by label (``members[starts[k]:starts[k + 1]]``, ascending).
 
-    Within each label (``members[starts[k]:starts[k + 1]]``, ascending), suffix
-    pools are built from the last member down, then prefix pools from the first
-    up; group ``i``'s result is ``prefix_i`` combined with ``suffix_i``. Only
-    merges, never a subtraction, so no cancellation.
+    Without ``leave_one_out``, output ``k`` gathers label ``k``'s groups:
+    ``M2 = sum_g (M2_g + n_g (mean_g - mean)^2)``, the sums taken from 0 in the
+    order of ``members`` (ascending group numbers, as a CSR indicator product).
+
+    With ``leave_one_out``, output ``i`` holds, per input group, the pooled
+    statistics of the other groups of its label: suffix pools are built from the
+    last member down, then prefix pools from the first up; group ``i``'s result is
+    ``prefix_i`` combined with ``suffix_i``. Only merges, never a subtraction, so no
+    cancellation.
 
     Parameters
     ----------
     n, mean, m2
-        Input statistics.
+        Input counts ``(groups,)``, means and centred sums of squares
+        ``(groups, features)``.
     members, starts
-        Groups sorted by label, and offsets (``labels + 1``).
+        Input groups sorted by label, and offsets (``labels + 1``).
     out_n, out_mean, out_m2
-        Outputs, one row per input group.
+        Outputs, one row per label (per input group with ``leave_one_out``).
     first_feature, stop_feature
         The features computed by this call (threads take disjoint ranges).
+    leave_one_out
+        Which of the two pools to compute (tested once, outside the loops).
 
     """
+    if not leave_one_out:
+        for k in range(starts.shape[0] - 1):
+            total = 0.0
+            row_mean = out_mean[k, first_feature:stop_feature]
+            row_m2 = out_m2[k, first_feature:stop_feature]
+            row_mean[:] = 0.0
+            row_m2[:] = 0.0
+            for position in range(starts[k], starts[k + 1]):
+                group = members[position]
+                count = n[group]
+                total += count
+                group_mean = mean[group, first_feature:stop_feature]
+                for feature in range(row_mean.shape[0]):
+                    row_mean[feature] += group_mean[feature] * count
+            out_n[k] = total
+            safe = total if total > 0 else 1.0
+            for feature in range(row_mean.shape[0]):
+                row_mean[feature] /= safe
+            for position in range(starts[k], starts[k + 1]):
+                group = members[position]
+                count = n[group]
+                group_mean = mean[group, first_feature:stop_feature]
+                group_m2 = m2[group, first_feature:stop_feature]
+                for feature in range(row_mean.shape[0]):
+                    delta = group_mean[feature] - row_mean[feature]
+                    row_m2[feature] += group_m2[feature] + count * (delta * delta)
+        return
     lo, hi = first_feature, stop_feature
     prefix_mean = np.empty(hi - lo)
     prefix_m2 = np.empty(hi - lo)

@@ -93,8 +93,7 @@ def median_distance(
     max_block_bytes
         Memory bound for one block of pairwise values and for the values kept.
     threads
-        The run's threads, which hold BLAS to one thread (for a call without them,
-        its own: looking up the BLAS libraries costs milliseconds).
+        As for :func:`~scperteval.kernels.pairs.pair_sums`.
 
     Returns
     -------

@@ -172,7 +172,7 @@ def _pair_tiles(
     by far more than the expansion's rounding. The arrays are reused: each must be
     consumed before the next tile is asked for.
     """
-    from scperteval.kernels.distances import complete_distances, complete_squared_distances
+    from scperteval.kernels.distances import complete_distances
     from scperteval.kernels.rbf import NO_DIAGONAL
 
     within = y is None
@@ -199,12 +199,8 @@ def _pair_tiles(
                 d2 = tile_buffer[:count].reshape(shape)
                 sq_b = sq_y[first:last]
                 np.matmul(scaled[start:stop], other[first:last].T, out=d2)
-                root = None
-                if root_buffer is not None:
-                    root = root_buffer[:count].reshape(shape)
-                    complete_distances(d2, sq_a, sq_b, _SNAP_RTOL, root)
-                else:
-                    complete_squared_distances(d2, sq_a, sq_b, _SNAP_RTOL)
+                root = None if root_buffer is None else root_buffer[:count].reshape(shape)
+                complete_distances(d2, sq_a, sq_b, _SNAP_RTOL, root)
                 # Within one cloud, a tile crossing the diagonal keeps only the pairs
                 # of a cell with the cells after it.
                 crossing = within and first < stop

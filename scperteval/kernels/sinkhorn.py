@@ -249,10 +249,8 @@ def solve(
 
     Parameters
     ----------
-    softmin, costs, log_weights
-        As for :func:`converge`.
-    temperatures
-        The annealing (:func:`temperature_schedule`).
+    softmin, costs, log_weights, temperatures
+        As for :func:`anneal`.
     tol, max_iter
         As for :func:`converge`; ``tol=None`` stops at the end of the annealing.
     annealing
@@ -345,16 +343,11 @@ _anneal_inlined = numba.njit(inline="always")(anneal)
 
 @numba.njit(cache=True, nogil=True)
 def _anneal_compiled(
-    cost_xy: np.ndarray,
-    cost_yx: np.ndarray,
-    cost_xx: np.ndarray,
-    cost_yy: np.ndarray,
-    log_a: np.ndarray,
-    log_b: np.ndarray,
+    costs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    log_weights: tuple[np.ndarray, np.ndarray],
     temperatures: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    costs = (cost_xy, cost_yx, cost_xx, cost_yy)
-    return _anneal_inlined(softmin, costs, (log_a, log_b), temperatures)  # type: ignore[arg-type, no-any-return]
+    return _anneal_inlined(softmin, costs, log_weights, temperatures)  # type: ignore[arg-type, no-any-return]
 
 
 def _compiled_annealing(
@@ -362,7 +355,7 @@ def _compiled_annealing(
     log_weights: tuple[np.ndarray, np.ndarray],
     temperatures: list[float],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    return _anneal_compiled(*costs, *log_weights, np.asarray(temperatures, dtype=np.float64))  # type: ignore[no-any-return]
+    return _anneal_compiled(costs, log_weights, np.asarray(temperatures, dtype=np.float64))  # type: ignore[no-any-return]
 
 
 def half_squared_distances(x: Any, y: Any) -> Any:

@@ -84,12 +84,7 @@ class PrecomputedDE:
 
     def record(self) -> dict[str, str]:
         """What ``run.json`` keeps about the table."""
-        return {
-            "source": self.source,
-            "method": self.method,
-            "reference": self.reference,
-            "half": self.half,
-        }
+        return {name: getattr(self, name) for name in ("source", "method", "reference", "half")}
 
 
 def read_de_table(
@@ -182,10 +177,9 @@ def _load(table: Any) -> tuple[pd.DataFrame, dict[str, Any] | None, str]:
     if path.name == "de.parquet" and record.exists():
         options = json.loads(record.read_text(encoding="utf-8")).get("options")
     try:
-        if path.suffix.lower() == ".csv":
-            frame = pd.read_csv(path, float_precision="round_trip")
-        elif path.suffix.lower() == ".tsv":
-            frame = pd.read_csv(path, sep="\t", float_precision="round_trip")
+        if path.suffix.lower() in (".csv", ".tsv"):
+            separator = "\t" if path.suffix.lower() == ".tsv" else ","
+            frame = pd.read_csv(path, sep=separator, float_precision="round_trip")
         else:
             frame = pd.read_parquet(path)
     except Exception as exc:  # noqa: BLE001 - any reader failure means unreadable input

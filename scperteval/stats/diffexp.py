@@ -273,9 +273,13 @@ def welch_statistic_between(
 PARALLEL_PVALUES = 1 << 15
 
 
-def _row_blocks(n_values: int, n_rows: int, threads: Threads) -> list[int]:
-    """Boundaries of row blocks for :meth:`~scperteval.kernels.threads.Threads.run_ranges`."""
-    return threads.even_bounds(n_rows, 1 if n_values < PARALLEL_PVALUES else n_rows)
+def _run_row_blocks(
+    block: Callable[[int, int], Any], n_values: int, n_rows: int, threads: Threads | None
+) -> list[Any]:
+    """``block(start, stop)`` over row blocks, on parallel threads from :data:`PARALLEL_PVALUES`."""
+    threads = threads or Threads()
+    blocks = 1 if n_values < PARALLEL_PVALUES else n_rows
+    return threads.run_ranges(block, threads.even_bounds(n_rows, blocks))
 
 
 def two_sided_t_pvalues(
@@ -310,8 +314,6 @@ def two_sided_t_pvalues(
     flat_dof = np.ascontiguousarray(dof, dtype=float).reshape(-1)
     flat_statistic = np.ascontiguousarray(statistic, dtype=float).reshape(-1)
     n_rows = statistic.shape[0]
-    threads = threads or Threads()
-    bounds = _row_blocks(flat_statistic.size, n_rows, threads)
     out = np.empty(flat_statistic.shape)
     per_row = flat_statistic.size // max(n_rows, 1)
 
@@ -321,7 +323,7 @@ def two_sided_t_pvalues(
             left = np.flatnonzero(out[span] < 0.0) + start * per_row
             out[left] = 2.0 * special.stdtr(flat_dof[left], -np.abs(flat_statistic[left]))
 
-    threads.run_ranges(block, bounds)
+    _run_row_blocks(block, flat_statistic.size, n_rows, threads)
     return out.reshape(statistic.shape)
 
 
@@ -393,8 +395,6 @@ def _welch_rows(
             f"target statistics {target.mean.shape} and reference {reference.mean.shape} differ"
         )
     shape = target.mean.shape
-    threads = threads or Threads()
-    bounds = _row_blocks(int(np.prod(shape)), shape[0], threads)
     statistic = np.empty(shape)
     pvalue = np.empty(shape if with_pvalues else (0, 0))
     # A half of each perturbation is every other row of the group statistics:
@@ -425,7 +425,7 @@ def _welch_rows(
             # Only finite statistics are left here, so welch_t_test's rule reads: NaN -> 1.
             rows[unfinished] = np.where(np.isnan(values), 1.0, values)
 
-    threads.run_ranges(block, bounds)
+    _run_row_blocks(block, int(np.prod(shape)), shape[0], threads)
     return statistic, pvalue
 
 
@@ -454,8 +454,6 @@ def log_fold_change(
     )
     if mean_target.ndim == 0:
         return np.log2((np.expm1(mean_target) + 1e-9) / (np.expm1(mean_reference) + 1e-9))
-    threads = threads or Threads()
-    bounds = _row_blocks(mean_target.size, len(mean_target), threads)
     out = np.empty(mean_target.shape)
 
     def block(start: int, stop: int) -> None:
@@ -467,7 +465,7 @@ def log_fold_change(
         np.divide(part, reference, out=part)
         np.log2(part, out=part)
 
-    threads.run_ranges(block, bounds)
+    _run_row_blocks(block, mean_target.size, len(mean_target), threads)
     return out
 
 

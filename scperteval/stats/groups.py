@@ -24,7 +24,6 @@ is summarised from its nonzero values, each feature's in row order.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,8 +222,7 @@ class GroupStats:
 
         """
         position = range(len(self.n))[index]
-        rows = slice(position, position + 1)
-        return GroupStats(n=self.n[rows], mean=self.mean[rows], m2=self.m2[rows])
+        return self.select(slice(position, position + 1))
 
     def allclose(self, other: GroupStats, rtol: float = 1e-12, atol: float = 1e-12) -> bool:
         """Whether two summaries agree to the given tolerances."""
@@ -320,9 +318,7 @@ def merge_groups(
         the exact multi-way decomposition ``M2 = sum M2_g + sum n_g (mean_g - mean)^2``.
 
     """
-    from scperteval.kernels.group_merges import merge_group_rows
-
-    return _pool(merge_group_rows, stats, labels, n_out, n_out, threads)
+    return _pool(stats, labels, n_out, n_out, threads, leave_one_out=False)
 
 
 #: Below this many output values, merges run on one thread.
@@ -330,20 +326,22 @@ PARALLEL_MERGE = 1 << 15
 
 
 def _pool(
-    kernel: Callable[..., None],
     stats: GroupStats,
     labels: np.ndarray,
     n_labels: int,
     n_out: int,
     threads: Threads | None,
+    leave_one_out: bool,
 ) -> GroupStats:
-    """Run a merge kernel of :mod:`~scperteval.kernels.group_merges` into ``n_out`` rows.
+    """Run :func:`~scperteval.kernels.group_merges.merge_group_rows` into ``n_out`` rows.
 
     Its input groups are those with a label in ``[0, n_labels)``, sorted by label
     (stable), with the offsets of each label. The kernel runs over feature
     ranges, in parallel when large: features are independent in every merge, so
     each thread's values are those of one call over all features.
     """
+    from scperteval.kernels.group_merges import merge_group_rows
+
     labels = np.asarray(labels, dtype=np.int64)
     keep = np.flatnonzero(labels >= 0)
     members = keep[np.argsort(labels[keep], kind="stable")]
@@ -355,7 +353,7 @@ def _pool(
     arrays = stats.contiguous_arrays()
 
     def pool_features(first: int, stop: int) -> None:
-        kernel(*arrays, members, starts, n, mean, m2, first, stop)
+        merge_group_rows(*arrays, members, starts, n, mean, m2, first, stop, leave_one_out)
 
     if stats.n_features == 0:
         pool_features(0, 0)  # the counts are still merged
@@ -415,8 +413,6 @@ def leave_one_out(
         One row per input group (no cells where a group is alone in its label).
 
     """
-    from scperteval.kernels.group_merges import leave_one_out_rows
-
     _, codes = np.unique(np.asarray(labels), return_inverse=True)
     n_labels = int(codes.max()) + 1 if codes.size else 0
-    return _pool(leave_one_out_rows, stats, codes.reshape(-1), n_labels, stats.n_groups, threads)
+    return _pool(stats, codes.reshape(-1), n_labels, stats.n_groups, threads, leave_one_out=True)

@@ -15,7 +15,7 @@ import numpy as np
 
 from scperteval.errors import SpecError
 from scperteval.kernels.threads import Threads
-from scperteval.stats.diffexp import PARALLEL_PVALUES
+from scperteval.stats.diffexp import _run_row_blocks
 
 __all__ = ["CORRECTIONS", "adjust", "benjamini_hochberg"]
 
@@ -65,9 +65,6 @@ def benjamini_hochberg(
     from scperteval.kernels.multiple_testing import benjamini_hochberg_rows
 
     rows = np.ascontiguousarray(pvalues).reshape(-1, pvalues.shape[-1])
-    n_rows = rows.shape[0]
-    threads = threads or Threads()
-    bounds = threads.even_bounds(n_rows, 1 if rows.size < PARALLEL_PVALUES else n_rows)
     # In place is safe: the pass reads each p-value once, before writing its result.
     out = rows if overwrite else np.empty(rows.shape)
 
@@ -75,7 +72,7 @@ def benjamini_hochberg(
         order = np.argsort(rows[start:stop], axis=-1)
         return bool(benjamini_hochberg_rows(rows[start:stop], order, out[start:stop]))
 
-    if not all(threads.run_ranges(block, bounds)):
+    if not all(_run_row_blocks(block, rows.size, rows.shape[0], threads)):
         raise ValueError("`ps` must include only numbers between 0 and 1.")
     return out.reshape(pvalues.shape)
 

@@ -353,18 +353,14 @@ def wilcoxon_against(
 
     Parameters
     ----------
-    dataset
-        The dataset whose rows are read.
-    layout
-        The statistic group of each cell.
+    dataset, layout
+        As for :func:`wilcoxon_all`.
     pools
         ``(conditions, reference_positions)`` pairs: the conditions tested against
         the cells at ``reference_positions`` (sorted once per pair). A condition
         is in one pair at most.
-    half
-        Target cells: ``all``, ``truth`` or ``duplicate``.
-    threads
-        The run's kernel threads (its own for the call when omitted).
+    half, threads
+        As for :func:`wilcoxon_all`.
 
     Returns
     -------
