@@ -122,18 +122,13 @@ def plan_population(engine: Engine, protocols: Sequence[Protocol]) -> None:
 
     Only the amount of work shared depends on the plan, never a value.
     """
-    plan: dict[str, set[_Planned]] = {}
+    plan = {space: set(wanted) for space, wanted in engine.pair_plan.items()}
     for protocol in protocols:
         spec = _pair_metric(protocol)
-        if spec is None:
-            continue
-        planned = _planned(spec)
+        planned = None if spec is None else _planned(spec)
         if planned is not None:
             plan.setdefault(protocol.space, set()).add(planned)
-    merged = dict(engine.pair_plan)
-    for space, wanted in plan.items():
-        merged[space] = frozenset(merged.get(space, frozenset()) | wanted)
-    engine.pair_plan = merged
+    engine.pair_plan = {space: frozenset(wanted) for space, wanted in plan.items()}
 
 
 def _transform(planned: _Planned, truth_bandwidth: Callable[[], float]) -> PairTransform:
