@@ -153,14 +153,14 @@ class Engine:
         return self.context.seed
 
     @property
-    def genes(self) -> Any:
-        """Gene names of the dataset."""
-        return self.context.genes
-
-    @property
     def covariates(self) -> tuple[str, ...]:
         """Covariate group names."""
         return self.context.layout.covariates
+
+    @property
+    def genes(self) -> Any:
+        """Gene names of the dataset."""
+        return self.context.genes
 
     def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
         """Cached value shared by every protocol (thread-safe, computed once)."""
@@ -449,9 +449,7 @@ class Engine:
         own = self.memo(("sample_own", condition), build)
         if self.folds is not None:
             return self._training_sample_rows(condition), own
-        others = np.ones(sample.size, dtype=bool)
-        others[own] = False
-        return _read_only(np.flatnonzero(others)), own
+        return _read_only(np.delete(np.arange(sample.size), own)), own
 
     def _training_sample_rows(self, condition: int) -> np.ndarray:
         """Rows of the group's perturbed sample from the fold's training perturbations."""
