@@ -225,10 +225,9 @@ def _next_completed(completed: queue.SimpleQueue[cf.Future[Any]]) -> cf.Future[A
 
 def _shared_space_fits(engine: Engine, protocols: Sequence[Protocol]) -> list[tuple[str, int]]:
     """(space, condition) pairs that fit each shared space once per covariate group."""
-    layout = engine.context.layout
     first_of_group: dict[int, int] = {}
     for condition in engine.scored_conditions().tolist():
-        first_of_group.setdefault(int(layout.condition_covariate[condition]), condition)
+        first_of_group.setdefault(engine.covariate_index(condition), condition)
     shared = [space for space in {p.space for p in protocols} if not space_is_per_condition(space)]
     # Large fits first: the cheap ones then never wait behind one for the lock.
     shared.sort(key=lambda space: (not space_has_large_fit(space), space))
