@@ -97,9 +97,7 @@ class _Control:
             self.key = None if cache_key is None else ("own", cache_key, self.covariate)
 
     def memo(self, name: str, build: Any) -> Any:
-        if self.key is None:
-            return build()
-        return self.engine.memo((name, self.key), build)
+        return self.engine.memo(None if self.key is None else (name, self.key), build)
 
     def cells(self) -> np.ndarray:
         def build() -> np.ndarray:
@@ -270,11 +268,8 @@ def control_view(
             cells = _source_cells(engine, source)
             return control_de_table(engine, condition, cells, source.control, cache_key)
 
-        fold_change, fdr = (
-            table()
-            if cache_key is None
-            else engine.memo(("control_de", cache_key, condition), table)
-        )
+        key: Hashable | None = None if cache_key is None else ("control_de", cache_key, condition)
+        fold_change, fdr = engine.memo(key, table)
         return ControlDE(fold_change[genes], fdr[genes])
     if representation == "control_edistance":
 
@@ -282,8 +277,6 @@ def control_view(
             reference = _Control(engine, condition, source.control, cache_key)
             return _energy_to_control(reference, _source_cells(engine, source), space)
 
-        if cache_key is None:
-            return distance()
         key = ("control_edistance", cache_key, condition, space.feature_names)
-        return engine.memo(key, distance)
+        return engine.memo(None if cache_key is None else key, distance)
     raise ValueError(f"not a control representation: {representation!r}")

@@ -162,8 +162,13 @@ class Engine:
         """Gene names of the dataset."""
         return self.context.genes
 
-    def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
-        """Cached value shared by every protocol (thread-safe, computed once)."""
+    def memo(self, key: Hashable | None, compute: Callable[[], T]) -> T:
+        """Cached value shared by every protocol (thread-safe, computed once).
+
+        With ``key=None`` the value is computed afresh and not kept.
+        """
+        if key is None:
+            return compute()
         return self.context._memo.get((*self._memo_scope, key), compute)
 
     def covariate_index(self, condition: int) -> int:

@@ -144,9 +144,9 @@ def _de_view(
             return np.asarray(benjamini_hochberg(pvalues, threads=engine.threads)[0])
 
         def adjusted_pvalues() -> np.ndarray:
-            if cache_key is None:
-                return all_genes()[space.genes]
-            key = ("de_view_padj", cache_key, condition, overestimate)
+            key = (
+                None if cache_key is None else ("de_view_padj", cache_key, condition, overestimate)
+            )
             return np.asarray(engine.memo(key, all_genes)[space.genes])
 
         return DEView(statistic=statistic[space.genes], pvalue_adj=adjusted_pvalues)
