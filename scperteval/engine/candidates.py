@@ -82,14 +82,18 @@ def candidate_identity(name: str, getter: SourceGetter, registered: bool) -> Has
 
     Parameters
     ----------
-    name, getter, registered
-        As for :func:`candidate_key`.
+    name
+        The candidate's name.
+    getter
+        The function giving its source of a perturbation.
+    registered
+        Whether it is one of the engine's registered sources (its name then
+        identifies it; a model's getter is part of its identity).
 
     Returns
     -------
     collections.abc.Hashable
-        The name of a registered source (which identifies it), or
-        ``("candidate", name, getter)``: a model's getter is part of its identity.
+        The name, or ``("candidate", name, getter)``.
 
     """
     return name if registered else ("candidate", name, getter)
