@@ -513,9 +513,7 @@ class Engine:
         def read() -> Any:
             return self.context.dataset.rows(self.perturbed_sample(covariate)[0])
 
-        if not self.keeps_sample_rows:
-            return read()
-        return self.memo(("sample_rows", covariate), read)
+        return self.memo(("sample_rows", covariate) if self.keeps_sample_rows else None, read)
 
     def sample_subset_rows(self, covariate: int, index: np.ndarray) -> Any:
         """Rows ``index`` (ascending) of the group's perturbed sample.

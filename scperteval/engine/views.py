@@ -155,8 +155,7 @@ def _de_view(
     with np.errstate(divide="ignore", invalid="ignore"):
         statistic = (source.centroid - rest.mean[0]) / spread
     statistic = np.where(np.isfinite(statistic), statistic, 0.0)
-    padj = np.full(statistic.shape, np.nan)
-    return DEView(statistic=statistic[space.genes], pvalue_adj=padj[space.genes])
+    return DEView(statistic=statistic[space.genes], pvalue_adj=np.full(space.genes.shape, np.nan))
 
 
 def _de_table_holding(engine: Engine, source: SourceData) -> DEResult | None:
