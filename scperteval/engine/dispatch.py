@@ -217,10 +217,8 @@ def _ordered_tasks(engine: Engine, protocols: Sequence[Protocol]) -> list[Task]:
 def _next_completed(completed: queue.SimpleQueue[cf.Future[Any]]) -> cf.Future[Any]:
     # Waits in short steps so that Ctrl-C is seen at once.
     while True:
-        try:
+        with contextlib.suppress(queue.Empty):
             return completed.get(timeout=0.5)
-        except queue.Empty:
-            continue
 
 
 def _shared_space_fits(engine: Engine, protocols: Sequence[Protocol]) -> list[tuple[str, int]]:
@@ -240,11 +238,9 @@ def _fit_task(engine: Engine, space: str, condition: int) -> None:
     # for it behind a fit would idle a worker for the whole fit.
     large = space_has_large_fit(space)
     with engine.threads.large_fit_lock if large else contextlib.nullcontext():
-        try:
+        # Undefined: the tasks record the reason for every perturbation of the group.
+        with contextlib.suppress(DegenerateInput):
             resolve_space(engine, space, condition)
-        except DegenerateInput:
-            # The tasks record the reason for every perturbation of the group.
-            return
 
 
 #: More threads than this rarely pay: tasks then wait on memory bandwidth.
@@ -440,11 +436,10 @@ def _warm_task(
     except Exception:  # noqa: BLE001 - recorded by the dataset task
         return
     for _, name, getter, registered in named:
-        try:
+        # A failure is recorded by the dataset task.
+        with contextlib.suppress(Exception):
             key = _candidate_key(protocol, name, getter, registered)
             make_view(engine, protocol, condition, getter(engine, condition), space, None, key)
-        except Exception:  # noqa: BLE001 - recorded by the dataset task
-            continue
 
 
 def _dataset_task(
