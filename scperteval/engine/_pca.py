@@ -34,7 +34,7 @@ are the same bits on any machine. ``eigensolver="eigh"`` uses
 from __future__ import annotations
 
 import mmap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -95,18 +95,19 @@ def _column_means(sample: Any, threads: Threads) -> np.ndarray:
     in order: dense, CSR, CSC, stored zeros or unsorted rows give the same bits.
     """
     n_cells, n_genes = sample.shape
-    rows = _dense_block_rows(n_genes)
-    zero = np.zeros(n_genes)
     totals = np.zeros(n_genes)
-    buffer = np.empty((min(rows, n_cells), n_genes))
-    for start in range(0, n_cells, rows):
-        block = _dense_rows(sample, start, min(start + rows, n_cells), zero, threads, buffer)
+    for block in _dense_blocks(sample, np.zeros(n_genes), threads):
         totals += block.sum(axis=0)
     return totals / max(n_cells, 1)
 
 
-def _dense_block_rows(n_genes: int) -> int:
-    return max(1, BLOCK_BYTES // (8 * n_genes))
+def _dense_blocks(sample: Any, offset: np.ndarray, threads: Threads) -> Iterator[np.ndarray]:
+    """The rows minus ``offset``, dense in float64, by blocks of a fixed size in one buffer."""
+    n_cells, n_genes = sample.shape
+    rows = max(1, BLOCK_BYTES // (8 * n_genes))
+    buffer = np.empty((min(rows, n_cells), n_genes))
+    for start in range(0, n_cells, rows):
+        yield _dense_rows(sample, start, min(start + rows, n_cells), offset, threads, buffer)
 
 
 def _whole(sample: Any) -> Any:
@@ -226,13 +227,9 @@ def _top_eigenvectors(
 def _gene_gram_axes(
     sample: Any, offset: np.ndarray, k: int, eigensolver: Eigensolver, threads: Threads
 ) -> np.ndarray | None:
-    n_cells, n_genes = sample.shape
-    gram = _lower_half_matrix(n_genes)
-    rows = _dense_block_rows(n_genes)
-    buffer = np.empty((min(rows, n_cells), n_genes))
+    gram = _lower_half_matrix(sample.shape[1])
     with threads.claim_cores_when_parallel():
-        for start in range(0, n_cells, rows):
-            block = _dense_rows(sample, start, min(start + rows, n_cells), offset, threads, buffer)
+        for block in _dense_blocks(sample, offset, threads):
             _add_outer_products(gram, block.T, False, threads)
     top = _top_eigenvectors(gram, k, eigensolver, threads)
     return None if top is None else np.ascontiguousarray(top[1])
@@ -310,25 +307,17 @@ def principal_axes(
     if eigensolver not in EIGENSOLVERS:
         raise ValueError(f"eigensolver must be one of {EIGENSOLVERS}, got {eigensolver!r}")
     threads = threads or Threads()
-    with threads.single_threaded_blas():
-        return _principal_axes(sample, k, eigensolver, threads)
-
-
-def _principal_axes(
-    sample: Any, k: int, eigensolver: Eigensolver, threads: Threads
-) -> tuple[np.ndarray, np.ndarray]:
     n_cells, n_genes = sample.shape
-    offset = _column_means(sample, threads)
-    n_components = min(int(k), n_cells, n_genes)
-    axes: np.ndarray | None = None
-    if min(n_cells, n_genes) > SMALL_SIDE and n_components < min(n_cells, n_genes):
-        if n_genes <= n_cells:
-            axes = _gene_gram_axes(sample, offset, n_components, eigensolver, threads)
-        else:
-            axes = _cell_gram_axes(sample, offset, n_components, eigensolver, threads)
-    if axes is None:
-        axes = _svd_axes(sample, offset, n_components, threads)
-    return _signed(axes), offset
+    with threads.single_threaded_blas():
+        offset = _column_means(sample, threads)
+        n_components = min(int(k), n_cells, n_genes)
+        axes: np.ndarray | None = None
+        if min(n_cells, n_genes) > SMALL_SIDE and n_components < min(n_cells, n_genes):
+            gram_axes = _gene_gram_axes if n_genes <= n_cells else _cell_gram_axes
+            axes = gram_axes(sample, offset, n_components, eigensolver, threads)
+        if axes is None:
+            axes = _svd_axes(sample, offset, n_components, threads)
+        return _signed(axes), offset
 
 
 #: Bandwidth of the intermediate band matrix: wider panels read the trailing
@@ -407,29 +396,22 @@ def leading_eigenpairs(
         raise ValueError(f"k must be between 1 and {order}, got {k}")
     if matrix.dtype != np.float64 or not matrix.flags.f_contiguous:
         raise ValueError("the matrix must be a float64 array in Fortran order")
-    with (threads or Threads()).single_threaded_blas():
-        return _leading_eigenpairs(matrix, k, eigensolver)
-
-
-def _leading_eigenpairs(
-    matrix: np.ndarray, k: int, eigensolver: Eigensolver
-) -> tuple[np.ndarray, np.ndarray]:
-    order = matrix.shape[0]
     width = BAND_WIDTH
-    if eigensolver == "eigh" or order <= max(DIRECT_ORDER, 2 * width + 2):
-        values, vectors = sla.eigh(
-            matrix, lower=True, subset_by_index=[order - k, order - 1], check_finite=False
-        )
-        return _largest_first(values, vectors)
-    panels = _reduce_to_band(matrix, width)
-    band = _lower_band(matrix, width)
-    # LAPACK's banded solver, called so that the other workers run meanwhile.
-    values = band_eigenvalues(band, order - k, order - 1)[::-1]
-    vectors = _inverse_iteration(band, values)
-    if vectors is None:
-        values, vectors = _banded_solver(band, k)
-    _apply_panels(matrix, panels, vectors)
-    return values, vectors
+    with (threads or Threads()).single_threaded_blas():
+        if eigensolver == "eigh" or order <= max(DIRECT_ORDER, 2 * width + 2):
+            values, vectors = sla.eigh(
+                matrix, lower=True, subset_by_index=[order - k, order - 1], check_finite=False
+            )
+            return _largest_first(values, vectors)
+        panels = _reduce_to_band(matrix, width)
+        band = _lower_band(matrix, width)
+        # LAPACK's banded solver, called so that the other workers run meanwhile.
+        values = band_eigenvalues(band, order - k, order - 1)[::-1]
+        vectors = _inverse_iteration(band, values)
+        if vectors is None:
+            values, vectors = _banded_solver(band, k)
+        _apply_panels(matrix, panels, vectors)
+        return values, vectors
 
 
 def _reduce_to_band(matrix: np.ndarray, width: int) -> list[_Panel]:

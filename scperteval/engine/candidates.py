@@ -82,10 +82,8 @@ def candidate_identity(name: str, getter: SourceGetter, registered: bool) -> Has
 
     Parameters
     ----------
-    name
-        The candidate's name.
-    getter
-        The function giving its source of a perturbation.
+    name, getter
+        As for :func:`candidate_key`.
     registered
         Whether it is one of the engine's registered sources (its name then
         identifies it; a model's getter is part of its identity).

@@ -20,8 +20,8 @@ computed once per (source, perturbation) and shared by every protocol of the run
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
 
 __all__ = ["CONTROL_REPRESENTATIONS", "candidate_reference", "control_de_table", "control_view"]
+
+T = TypeVar("T")
 
 #: Representations whose views compare a source with the control cells.
 CONTROL_REPRESENTATIONS = ("control_de", "control_edistance")
@@ -96,10 +98,8 @@ class _Control:
         else:
             self.key = None if cache_key is None else ("own", cache_key, self.covariate)
 
-    def memo(self, name: str, build: Any) -> Any:
-        if self.key is None:
-            return build()
-        return self.engine.memo((name, self.key), build)
+    def memo(self, name: str, build: Callable[[], T]) -> T:
+        return self.engine.memo(None if self.key is None else (name, self.key), build)
 
     def cells(self) -> np.ndarray:
         def build() -> np.ndarray:
@@ -112,18 +112,16 @@ class _Control:
                 raise DegenerateInput("no control cells in this covariate group")
             return _dense(self.engine.context.dataset.rows(positions))
 
-        return self.memo("control_cells_dense", build)  # type: ignore[no-any-return]
+        return self.memo("control_cells_dense", build)
 
     def rank_test(self) -> ReferenceRankTest:
-        return self.memo(  # type: ignore[no-any-return]
+        return self.memo(
             "control_rank_test",
             lambda: ReferenceRankTest(self.cells(), threads=self.engine.threads),
         )
 
     def mean(self) -> np.ndarray:
-        return self.memo(  # type: ignore[no-any-return]
-            "control_cells_mean", lambda: self.cells().mean(axis=0)
-        )
+        return self.memo("control_cells_mean", lambda: self.cells().mean(axis=0))
 
 
 def control_de_table(
@@ -270,11 +268,8 @@ def control_view(
             cells = _source_cells(engine, source)
             return control_de_table(engine, condition, cells, source.control, cache_key)
 
-        fold_change, fdr = (
-            table()
-            if cache_key is None
-            else engine.memo(("control_de", cache_key, condition), table)
-        )
+        key: Hashable | None = None if cache_key is None else ("control_de", cache_key, condition)
+        fold_change, fdr = engine.memo(key, table)
         return ControlDE(fold_change[genes], fdr[genes])
     if representation == "control_edistance":
 
@@ -282,8 +277,6 @@ def control_view(
             reference = _Control(engine, condition, source.control, cache_key)
             return _energy_to_control(reference, _source_cells(engine, source), space)
 
-        if cache_key is None:
-            return distance()
         key = ("control_edistance", cache_key, condition, space.feature_names)
-        return engine.memo(key, distance)
+        return engine.memo(None if cache_key is None else key, distance)
     raise ValueError(f"not a control representation: {representation!r}")

@@ -113,85 +113,75 @@ def run_protocols(
 
     """
     with engine.threads.single_threaded_blas():
-        return _run_protocols(engine, protocols, candidates, workers, executor, progress)
+        plan_population(engine, protocols)
+        tasks = _ordered_tasks(engine, protocols)
+        report = progress if progress is not None else (lambda _: None)
+        rows: list[dict[str, Any]] = []
+        owned = executor is None and workers > 1
+        pool = cf.ThreadPoolExecutor(max_workers=workers) if owned else executor
+        if pool is None or is_dask_client(pool):
+            # Before the tasks: the fits' values do not depend on where they run (BLAS is
+            # held to one thread, the fits' own parallel sums use fixed tiles).
+            for space, condition in _shared_space_fits(engine, protocols):
+                _fit_task(engine, space, condition)
+        if is_dask_client(pool):
+            from scperteval.engine.distributed import cluster_session
 
-
-def _run_protocols(
-    engine: Engine,
-    protocols: Sequence[Protocol],
-    candidates: Sequence[Candidate],
-    workers: int,
-    executor: Any,
-    progress: Callable[[int], None] | None,
-) -> pd.DataFrame:
-    plan_population(engine, protocols)
-    tasks = _ordered_tasks(engine, protocols)
-    report = progress if progress is not None else (lambda _: None)
-    rows: list[dict[str, Any]] = []
-    owned = executor is None and workers > 1
-    pool = cf.ThreadPoolExecutor(max_workers=workers) if owned else executor
-    if pool is None or is_dask_client(pool):
-        # Before the tasks: the fits' values do not depend on where they run (BLAS is
-        # held to one thread, the fits' own parallel sums use fixed tiles).
-        for space, condition in _shared_space_fits(engine, protocols):
-            _fit_task(engine, space, condition)
-    if is_dask_client(pool):
-        from scperteval.engine.distributed import cluster_session
-
-        conditions = [
-            arguments[1] if function in (_perturbation_task, _protocols_task) else None
-            for function, arguments in tasks
-        ]
-        session = cluster_session(pool, engine)
-        for finished in session.run(engine, tasks, candidates, conditions):
-            rows.extend(finished)
-            # A task runs one or more protocols for one perturbation (or group).
-            report(max(1, len({row["protocol"] for row in finished})))
-        return _sorted_table(engine, rows)
-    if pool is None:
-        for function, arguments in tasks:
-            rows.extend(function(engine, *arguments, candidates))
-            report(_task_units(function, arguments))
-        return _sorted_table(engine, rows)
-    # The shared spaces' fits (a PCA) are submitted first and run beside the tasks
-    # that do not need them; the tasks that do wait for the fit. Then the
-    # per-perturbation views of dataset-scope protocols against the control, so
-    # that they are computed in parallel, not in one task.
-    warm: list[cf.Future[Any]] = []
-    futures: dict[cf.Future[list[dict[str, Any]]], int] = {}
-    completed: queue.SimpleQueue[cf.Future[list[dict[str, Any]]]] = queue.SimpleQueue()
-    try:
-        warm += [
-            pool.submit(_fit_task, engine, space, condition)
-            for space, condition in _shared_space_fits(engine, protocols)
-        ]
-        warm += [
-            pool.submit(_warm_task, engine, protocol, condition, candidates)
-            for protocol in protocols
-            if protocol.scope == "dataset" and protocol.representation in CONTROL_REPRESENTATIONS
-            for condition in engine.scored_conditions().tolist()
-        ]
-        for function, arguments in tasks:
-            submitted = pool.submit(function, engine, *arguments, candidates)
-            futures[submitted] = _task_units(function, arguments)
-            submitted.add_done_callback(completed.put)
-        for _ in futures:
-            finished_task = _next_completed(completed)
-            rows.extend(finished_task.result())
-            report(futures[finished_task])
-        for done in warm:
-            done.result()
-    except BaseException:
-        # Interrupted (Ctrl-C) or failed: queued tasks must not run on after the caller
-        # has given up; running ones are abandoned to finish on their own.
-        for pending in [*warm, *futures]:
-            pending.cancel()
+            conditions = [
+                arguments[1] if function in (_perturbation_task, _protocols_task) else None
+                for function, arguments in tasks
+            ]
+            session = cluster_session(pool, engine)
+            for finished in session.run(engine, tasks, candidates, conditions):
+                rows.extend(finished)
+                # A task runs one or more protocols for one perturbation (or group).
+                report(max(1, len({row["protocol"] for row in finished})))
+            return _sorted_table(engine, rows)
+        if pool is None:
+            for function, arguments in tasks:
+                rows.extend(function(engine, *arguments, candidates))
+                report(_task_units(function, arguments))
+            return _sorted_table(engine, rows)
+        # The shared spaces' fits (a PCA) are submitted first and run beside the tasks
+        # that do not need them; the tasks that do wait for the fit. Then the
+        # per-perturbation views of dataset-scope protocols against the control, so
+        # that they are computed in parallel, not in one task.
+        warm: list[cf.Future[Any]] = []
+        futures: dict[cf.Future[list[dict[str, Any]]], int] = {}
+        completed: queue.SimpleQueue[cf.Future[list[dict[str, Any]]]] = queue.SimpleQueue()
+        try:
+            warm += [
+                pool.submit(_fit_task, engine, space, condition)
+                for space, condition in _shared_space_fits(engine, protocols)
+            ]
+            warm += [
+                pool.submit(_warm_task, engine, protocol, condition, candidates)
+                for protocol in protocols
+                if protocol.scope == "dataset"
+                and protocol.representation in CONTROL_REPRESENTATIONS
+                for condition in engine.scored_conditions().tolist()
+            ]
+            for function, arguments in tasks:
+                submitted = pool.submit(function, engine, *arguments, candidates)
+                futures[submitted] = _task_units(function, arguments)
+                submitted.add_done_callback(completed.put)
+            for _ in futures:
+                finished_task = _next_completed(completed)
+                rows.extend(finished_task.result())
+                report(futures[finished_task])
+            for done in warm:
+                done.result()
+        except BaseException:
+            # Interrupted (Ctrl-C) or failed: queued tasks must not run on after the caller
+            # has given up; running ones are abandoned to finish on their own.
+            for pending in [*warm, *futures]:
+                pending.cancel()
+            if owned:
+                pool.shutdown(wait=False, cancel_futures=True)
+            raise
         if owned:
-            pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    if owned:
-        pool.shutdown()
-    return _sorted_table(engine, rows)
+            pool.shutdown()
+        return _sorted_table(engine, rows)
 
 
 def _ordered_tasks(engine: Engine, protocols: Sequence[Protocol]) -> list[Task]:
@@ -227,18 +217,15 @@ def _ordered_tasks(engine: Engine, protocols: Sequence[Protocol]) -> list[Task]:
 def _next_completed(completed: queue.SimpleQueue[cf.Future[Any]]) -> cf.Future[Any]:
     # Waits in short steps so that Ctrl-C is seen at once.
     while True:
-        try:
+        with contextlib.suppress(queue.Empty):
             return completed.get(timeout=0.5)
-        except queue.Empty:
-            continue
 
 
 def _shared_space_fits(engine: Engine, protocols: Sequence[Protocol]) -> list[tuple[str, int]]:
     """(space, condition) pairs that fit each shared space once per covariate group."""
-    layout = engine.context.layout
     first_of_group: dict[int, int] = {}
     for condition in engine.scored_conditions().tolist():
-        first_of_group.setdefault(int(layout.condition_covariate[condition]), condition)
+        first_of_group.setdefault(engine.covariate_index(condition), condition)
     shared = [space for space in {p.space for p in protocols} if not space_is_per_condition(space)]
     # Large fits first: the cheap ones then never wait behind one for the lock.
     shared.sort(key=lambda space: (not space_has_large_fit(space), space))
@@ -251,11 +238,9 @@ def _fit_task(engine: Engine, space: str, condition: int) -> None:
     # for it behind a fit would idle a worker for the whole fit.
     large = space_has_large_fit(space)
     with engine.threads.large_fit_lock if large else contextlib.nullcontext():
-        try:
+        # Undefined: the tasks record the reason for every perturbation of the group.
+        with contextlib.suppress(DegenerateInput):
             resolve_space(engine, space, condition)
-        except DegenerateInput:
-            # The tasks record the reason for every perturbation of the group.
-            return
 
 
 #: More threads than this rarely pay: tasks then wait on memory bandwidth.
@@ -451,11 +436,10 @@ def _warm_task(
     except Exception:  # noqa: BLE001 - recorded by the dataset task
         return
     for _, name, getter, registered in named:
-        try:
+        # A failure is recorded by the dataset task.
+        with contextlib.suppress(Exception):
             key = _candidate_key(protocol, name, getter, registered)
             make_view(engine, protocol, condition, getter(engine, condition), space, None, key)
-        except Exception:  # noqa: BLE001 - recorded by the dataset task
-            continue
 
 
 def _dataset_task(

@@ -153,17 +153,22 @@ class Engine:
         return self.context.seed
 
     @property
-    def genes(self) -> Any:
-        """Gene names of the dataset."""
-        return self.context.genes
-
-    @property
     def covariates(self) -> tuple[str, ...]:
         """Covariate group names."""
         return self.context.layout.covariates
 
-    def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
-        """Cached value shared by every protocol (thread-safe, computed once)."""
+    @property
+    def genes(self) -> Any:
+        """Gene names of the dataset."""
+        return self.context.genes
+
+    def memo(self, key: Hashable | None, compute: Callable[[], T]) -> T:
+        """Cached value shared by every protocol (thread-safe, computed once).
+
+        With ``key=None`` the value is computed afresh and not kept.
+        """
+        if key is None:
+            return compute()
         return self.context._memo.get((*self._memo_scope, key), compute)
 
     def covariate_index(self, condition: int) -> int:
@@ -449,9 +454,7 @@ class Engine:
         own = self.memo(("sample_own", condition), build)
         if self.folds is not None:
             return self._training_sample_rows(condition), own
-        others = np.ones(sample.size, dtype=bool)
-        others[own] = False
-        return _read_only(np.flatnonzero(others)), own
+        return _read_only(np.delete(np.arange(sample.size), own)), own
 
     def _training_sample_rows(self, condition: int) -> np.ndarray:
         """Rows of the group's perturbed sample from the fold's training perturbations."""
@@ -510,9 +513,7 @@ class Engine:
         def read() -> Any:
             return self.context.dataset.rows(self.perturbed_sample(covariate)[0])
 
-        if not self.keeps_sample_rows:
-            return read()
-        return self.memo(("sample_rows", covariate), read)
+        return self.memo(("sample_rows", covariate) if self.keeps_sample_rows else None, read)
 
     def sample_subset_rows(self, covariate: int, index: np.ndarray) -> Any:
         """Rows ``index`` (ascending) of the group's perturbed sample.

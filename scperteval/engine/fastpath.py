@@ -51,7 +51,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scperteval.engine.views import make_view, space_is_shared
+from scperteval.engine.spaces import space_is_per_condition
+from scperteval.engine.views import make_view
 from scperteval.kernels.pairs import SQRT, PairTransform, centred, check_bandwidth, rbf_transform
 from scperteval.metrics.population import (
     check_sizes,
@@ -122,18 +123,13 @@ def plan_population(engine: Engine, protocols: Sequence[Protocol]) -> None:
 
     Only the amount of work shared depends on the plan, never a value.
     """
-    plan: dict[str, set[_Planned]] = {}
+    plan = {space: set(wanted) for space, wanted in engine.pair_plan.items()}
     for protocol in protocols:
         spec = _pair_metric(protocol)
-        if spec is None:
-            continue
-        planned = _planned(spec)
+        planned = None if spec is None else _planned(spec)
         if planned is not None:
             plan.setdefault(protocol.space, set()).add(planned)
-    merged = dict(engine.pair_plan)
-    for space, wanted in plan.items():
-        merged[space] = frozenset(merged.get(space, frozenset()) | wanted)
-    engine.pair_plan = merged
+    engine.pair_plan = {space: frozenset(wanted) for space, wanted in plan.items()}
 
 
 def _transform(planned: _Planned, truth_bandwidth: Callable[[], float]) -> PairTransform:
@@ -201,14 +197,9 @@ def population_value(
         key = ("truth_bandwidth", engine.pairs.name, condition, protocol.space, protocol.centering)
         return engine.memo(key, lambda: engine.pairs.median(truth) or 1.0)
 
+    transform = _transform(planned, truth_bandwidth)
     pairs = _CandidateSums(
-        engine,
-        protocol,
-        condition,
-        planned,
-        _transform(planned, truth_bandwidth),
-        truth_bandwidth,
-        cache_key,
+        engine, protocol, condition, planned, transform, truth_bandwidth, cache_key
     )
     x, y = centred(x, y)
     cross = pairs.shared("cross", x, y)
@@ -258,7 +249,7 @@ class _CandidateSums:
 
     def candidate_within(self, space: FeatureMap, source: SourceData, y: np.ndarray) -> float:
         """Sum of the transform over the unordered pairs of the candidate's cells ``y``."""
-        if space_is_shared(self.protocol.space) and source.sample is not None:
+        if not space_is_per_condition(self.protocol.space) and source.sample is not None:
             covariate, index = source.sample
             sample_size = self.engine.perturbed_sample(covariate)[0].size
             if sample_size - index.size <= _LOO_FRACTION * index.size:

@@ -105,7 +105,10 @@ class FeatureMap:
             # then round the same way for every storage.
             return np.ascontiguousarray(dense, dtype=np.float64)
         assert self.components is not None
-        projected = _project(rows, self._contiguous_components)
+        return self._less_offset(_project(rows, self._contiguous_components), is_delta)
+
+    def _less_offset(self, projected: np.ndarray, is_delta: bool = False) -> np.ndarray:
+        """Projected points less the projected offset, in place (deltas as they are)."""
         if not is_delta and self.offset is not None:
             with self._threads.single_threaded_blas():
                 projected -= self.offset @ self.components
@@ -149,11 +152,11 @@ class FeatureMap:
         from scperteval.kernels.sparse_rows import gather_csr_columns, project_csr_rows
 
         rows = np.asarray(rows, dtype=np.int64)
+        arrays = (whole.indptr, whole.indices, whole.data)
         if self.genes is not None:
             positions = self._gene_positions
             if positions is not None:
                 out = np.zeros((rows.size, self.genes.size))
-                arrays = (whole.indptr, whole.indices, whole.data)
                 if gather_csr_columns(*arrays, rows, positions, out):
                     return out
             # A gene selected twice, or a column stored twice in a row (which scipy
@@ -161,13 +164,9 @@ class FeatureMap:
             return self.matrix(whole[rows])
         components = self._contiguous_components
         projected = np.empty((rows.size, components.shape[1]))
-        arrays = (whole.indptr, whole.indices, whole.data)
         if not project_csr_rows(*arrays, rows, components, projected):
             return self.matrix(whole[rows])
-        if self.offset is not None:
-            with self._threads.single_threaded_blas():
-                projected -= self.offset @ self.components
-        return projected
+        return self._less_offset(projected)
 
     def positions_of(self, gene_indices: np.ndarray) -> tuple[int, ...]:
         """Positions in this space of the given full-space gene indices (selections only)."""

@@ -49,20 +49,15 @@ class FoldPlan:
         """
         folds = split.folds
         names = [(c.covariate, c.perturbation) for c in layout.conditions]
-        fold_of = np.full(len(names), -1, dtype=np.int64)
-        for index, name in enumerate(names):
-            fold = split.fold_of(name)
-            if fold is not None:
-                fold_of[index] = folds.index(fold)
+        held_out = [split.fold_of(name) for name in names]
+        fold_of = np.array([-1 if f is None else folds.index(f) for f in held_out], dtype=np.int64)
+        groups = [layout.condition_covariate == c for c in range(len(layout.covariates))]
         training = []
         for fold in folds:
             trains = np.array([name in split.train[fold] for name in names], dtype=bool)
-            per_group = []
-            for covariate in range(len(layout.covariates)):
-                in_group = layout.condition_covariate == covariate
-                members = np.flatnonzero(trains & in_group)
+            per_group = [np.flatnonzero(trains & in_group) for in_group in groups]
+            for members in per_group:
                 members.flags.writeable = False
-                per_group.append(members)
             training.append(tuple(per_group))
         fold_of.flags.writeable = False
         return cls(split, fold_of, tuple(training))

@@ -6,11 +6,11 @@ import ast
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from scperteval.engine.sources import SOURCES
-from scperteval.engine.spaces import space_is_per_condition
+from scperteval.engine.spaces import SPACES, space_is_per_condition
 from scperteval.errors import SpecError
 from scperteval.metrics import METRICS
 from scperteval.registry import BoundSpec, parse_spec
@@ -22,22 +22,6 @@ SCOPES = ("perturbation", "dataset")
 CENTERINGS = ("none", "control", "perturbed")
 #: Leaderboard columns that a protocol column must not shadow.
 RESERVED_NAMES = frozenset({"model", "kind", "score", "rank"})
-_FIELDS = frozenset(
-    {
-        "name",
-        "metric",
-        "space",
-        "centering",
-        "positive",
-        "negative",
-        "better",
-        "perfect",
-        "description",
-        "params",
-        "representation",
-        "scope",
-    }
-)
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,19 +73,8 @@ class Protocol:
 
     def describe(self) -> dict[str, Any]:
         """Plain description (for tables and ``run.json``)."""
-        return {
-            "protocol": self.name,
-            "metric": self.metric.label(),
-            "representation": self.representation,
-            "scope": self.scope,
-            "space": self.space,
-            "centering": self.centering,
-            "positive": self.positive,
-            "negative": self.negative,
-            "better": self.better,
-            "perfect": self.perfect,
-            "description": self.description,
-        }
+        described = {"protocol": self.name, "metric": self.metric.label()}
+        return {**described, **{key: getattr(self, key) for key in _DESCRIBED}}
 
     @classmethod
     def from_mapping(cls, spec: Mapping[str, Any]) -> Protocol:
@@ -161,10 +134,7 @@ class Protocol:
                     "needs cells (e.g. technical_duplicate, all_perturbed_sample, control_cells)"
                 )
         for part in self.space.replace("&", "|").split("|"):
-            name, options = parse_spec(part.strip())
-            from scperteval.engine.spaces import SPACES
-
-            SPACES.resolve((name, options))
+            SPACES.resolve(parse_spec(part.strip()))
         if self.scope == "dataset" and space_is_per_condition(self.space):
             raise SpecError(
                 f"{where}: space {self.space!r} differs between perturbations; a dataset-scope "
@@ -181,6 +151,11 @@ class Protocol:
         if not math.isfinite(self.perfect):
             raise SpecError(f"{where}: give the metric's perfect value ('perfect = ...')")
 
+
+#: The fields a protocol describes besides its name and metric, in their order.
+_DESCRIBED = tuple(f.name for f in fields(Protocol) if f.name not in ("name", "metric", "options"))
+#: The keys of a protocol's table.
+_FIELDS = frozenset({"name", "metric", "params", *_DESCRIBED})
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 

@@ -98,7 +98,14 @@ def _check_k(k: int) -> int:
     return int(k)
 
 
-@SPACES.register("full", description="all genes", large_fit=False, from_cells=True)
+def _cells_space(
+    name: str, description: str, *, large_fit: bool
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a space fitted from a matrix of cells alone (see :func:`parse_cells_space`)."""
+    return SPACES.register(name, description=description, large_fit=large_fit, from_cells=True)
+
+
+@_cells_space("full", "all genes", large_fit=False)
 def full(engine: Engine, condition: int) -> FeatureMap:
     """All genes of the dataset."""
     return engine.memo(
@@ -154,12 +161,7 @@ def expressed(engine: Engine, condition: int) -> FeatureMap:
     return _nonempty(engine, "expressed", genes, "no gene varies in the truth or its reference")
 
 
-@SPACES.register(
-    "hvg",
-    description="k most variable genes across the covariate group's cells",
-    large_fit=False,
-    from_cells=True,
-)
+@_cells_space("hvg", "k most variable genes across the covariate group's cells", large_fit=False)
 def hvg(engine: Engine, condition: int, *, k: int = 2000) -> FeatureMap:
     """The ``k`` genes of largest variance of log expression over all cells of the group."""
     return _group_top_k(
@@ -200,11 +202,8 @@ def perturbed_genes(engine: Engine, condition: int) -> FeatureMap:
     return _nonempty(engine, "perturbed_genes", genes, reason)
 
 
-@SPACES.register(
-    "pca",
-    description="first k principal components (seeded fit per covariate group)",
-    large_fit=True,
-    from_cells=True,
+@_cells_space(
+    "pca", "first k principal components (seeded fit per covariate group)", large_fit=True
 )
 def pca(engine: Engine, condition: int, *, k: int = 50) -> FeatureMap:
     """Projection on the first ``k`` principal components of the group's cells.

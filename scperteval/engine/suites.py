@@ -179,8 +179,6 @@ def resolve_protocols(spec: str | Protocol | Iterable[Any]) -> list[Protocol]:
         items: list[Any] = [spec]
     elif isinstance(spec, str):
         text = spec.strip()
-        if not text:
-            raise SpecError("no protocol given; name a suite (e.g. default) or protocols")
         if "," not in text and (_is_path(text) or _is_suite(text) or Path(text).is_file()):
             return load_suite(text)
         items = [part.strip() for part in _split_names(text) if part.strip()]

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from scperteval.engine.engine import Engine
     from scperteval.engine.protocol import Protocol
 
-__all__ = ["centering_vector", "make_view", "metric_context", "space_is_shared"]
+__all__ = ["centering_vector", "make_view", "metric_context"]
 
 
 def centering_vector(engine: Engine, centering: str, condition: int) -> np.ndarray | None:
@@ -70,11 +70,6 @@ def make_view(
     return _de_view(engine, condition, source, space, None if cache_key is None else str(cache_key))
 
 
-def space_is_shared(spec: str) -> bool:
-    """Whether a space spec is the same for every condition of a covariate group."""
-    return not space_is_per_condition(spec)
-
-
 def _population_cells(
     engine: Engine, protocol: Protocol, source: SourceData, space: FeatureMap
 ) -> np.ndarray:
@@ -89,7 +84,7 @@ def _population_cells(
         return space.matrix(source.rows)
     if source.sample is not None:
         covariate, index = source.sample
-        shared = space_is_shared(protocol.space)
+        shared = not space_is_per_condition(protocol.space)
         sample_size = engine.perturbed_sample(covariate)[0].size
         exact = space.genes is not None or engine.sample_is_sparse(covariate)
         # A few cells are quicker to read than the whole sample to map.
@@ -149,9 +144,9 @@ def _de_view(
             return np.asarray(benjamini_hochberg(pvalues, threads=engine.threads)[0])
 
         def adjusted_pvalues() -> np.ndarray:
-            if cache_key is None:
-                return all_genes()[space.genes]
-            key = ("de_view_padj", cache_key, condition, overestimate)
+            key = (
+                None if cache_key is None else ("de_view_padj", cache_key, condition, overestimate)
+            )
             return np.asarray(engine.memo(key, all_genes)[space.genes])
 
         return DEView(statistic=statistic[space.genes], pvalue_adj=adjusted_pvalues)
@@ -160,8 +155,7 @@ def _de_view(
     with np.errstate(divide="ignore", invalid="ignore"):
         statistic = (source.centroid - rest.mean[0]) / spread
     statistic = np.where(np.isfinite(statistic), statistic, 0.0)
-    padj = np.full(statistic.shape, np.nan)
-    return DEView(statistic=statistic[space.genes], pvalue_adj=padj[space.genes])
+    return DEView(statistic=statistic[space.genes], pvalue_adj=np.full(space.genes.shape, np.nan))
 
 
 def _de_table_holding(engine: Engine, source: SourceData) -> DEResult | None:
