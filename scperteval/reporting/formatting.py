@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import math
 import numbers
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -33,6 +35,26 @@ TRUST_TERMS = (
     "share of the room between the negative control and a perfect score that the positive "
     "control covers."
 )
+#: How the reports' functions describe their one argument, in every docstring alike.
+ARGUMENTS = MappingProxyType(
+    {
+        "result": "A :class:`~scperteval.scoring.result.ScoreResult`.",
+        "board": "A :class:`~scperteval.scoring.leaderboard.Leaderboard`.",
+    }
+)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def document_argument(function: F) -> F:
+    """Insert the ``Parameters`` section of a one-argument function before its ``Returns``.
+
+    The argument's description is taken from ``ARGUMENTS`` by its name.
+    """
+    (name,) = inspect.signature(function).parameters
+    section = f"    Parameters\n    ----------\n    {name}\n        {ARGUMENTS[name]}\n\n"
+    doc = function.__doc__
+    function.__doc__ = doc and doc.replace("    Returns\n", section + "    Returns\n", 1)
+    return function
 
 
 def percent(fraction: float) -> str:
