@@ -87,12 +87,8 @@ def _long_table(split: Split, everything: list[Perturbation]) -> pd.DataFrame:
     rows = []
     for fold in split.folds:
         for perturbation in everything:
-            if perturbation in split.test[fold]:
-                role = "test"
-            elif perturbation in split.train[fold]:
-                role = "train"
-            else:
-                role = "val"
+            tested, trained = perturbation in split.test[fold], perturbation in split.train[fold]
+            role = "test" if tested else "train" if trained else "val"
             rows.append(_row(split, fold, perturbation, role=role))
     return _nullable_counts(pd.DataFrame(rows))
 
@@ -218,12 +214,8 @@ def split_record(split: Split | None) -> dict[str, object] | None:
     """
     if split is None:
         return None
-    if split.is_k_fold():
-        layout = "k-fold"
-    elif split.folds == (ROLES_FOLD,):
-        layout = "train/val/test"
-    else:
-        layout = "custom"
+    roles = split.folds == (ROLES_FOLD,)
+    layout = "k-fold" if split.is_k_fold() else "train/val/test" if roles else "custom"
     return {
         **split.describe(),
         "layout": layout,
