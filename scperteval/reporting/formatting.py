@@ -8,7 +8,6 @@ import math
 import numbers
 from collections.abc import Callable
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -35,23 +34,21 @@ TRUST_TERMS = (
     "share of the room between the negative control and a perfect score that the positive "
     "control covers."
 )
-#: How the reports' functions describe their one argument, in every docstring alike.
-ARGUMENTS = MappingProxyType(
-    {
-        "result": "A :class:`~scperteval.scoring.result.ScoreResult`.",
-        "board": "A :class:`~scperteval.scoring.leaderboard.Leaderboard`.",
-    }
-)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def document_argument(function: F) -> F:
     """Insert the ``Parameters`` section of a one-argument function before its ``Returns``.
 
-    The argument's description is taken from ``ARGUMENTS`` by its name.
+    The reports' functions of a scored run (``result``) or of its leaderboard
+    (``board``) describe their argument in the same words.
     """
     (name,) = inspect.signature(function).parameters
-    section = f"    Parameters\n    ----------\n    {name}\n        {ARGUMENTS[name]}\n\n"
+    described = {
+        "result": "A :class:`~scperteval.scoring.result.ScoreResult`.",
+        "board": "A :class:`~scperteval.scoring.leaderboard.Leaderboard`.",
+    }[name]
+    section = f"    Parameters\n    ----------\n    {name}\n        {described}\n\n"
     doc = function.__doc__
     function.__doc__ = doc and doc.replace("    Returns\n", section + "    Returns\n", 1)
     return function
