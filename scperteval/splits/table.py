@@ -101,10 +101,8 @@ def _row(split: Split, fold: str, perturbation: Perturbation, **role: str) -> di
 
 
 def _nullable_counts(frame: pd.DataFrame) -> pd.DataFrame:
-    for column in frame.columns:
-        if column == "seen" or column.startswith("seen_"):
-            frame[column] = frame[column].astype("Int64")
-    return frame
+    counts = [c for c in frame.columns if c == "seen" or c.startswith("seen_")]
+    return frame.astype(dict.fromkeys(counts, "Int64"))
 
 
 def check_table_path(path: str | os.PathLike[str], *, writing: bool) -> Path:
