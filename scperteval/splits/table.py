@@ -76,10 +76,8 @@ def _fold_table(split: Split, everything: list[Perturbation]) -> pd.DataFrame:
     for perturbation in everything:
         fold = split.fold_of(perturbation)
         assert fold is not None  # a K-fold split holds every perturbation out
-        row = _row(split, fold, perturbation)
-        for other in split.folds:
-            row[f"seen_{other}"] = split.category(other, perturbation)
-        rows.append(row)
+        seen = {f"seen_{other}": split.category(other, perturbation) for other in split.folds}
+        rows.append(_row(split, fold, perturbation) | seen)
     return _nullable_counts(pd.DataFrame(rows))
 
 
