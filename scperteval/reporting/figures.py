@@ -27,7 +27,7 @@ from scperteval.reporting.drawing import (
     calibrated_image,
     grey_out,
 )
-from scperteval.reporting.formatting import document_argument, excluded_protocols
+from scperteval.reporting.formatting import excluded_protocols
 from scperteval.reporting.pages import per_perturbation_figures, versus_figure
 from scperteval.reporting.panels import distribution_figure, positive_figure
 
@@ -60,7 +60,6 @@ def _plain_colours(table: pd.DataFrame, columns: list[str], board: Any) -> np.nd
     return ranks
 
 
-@document_argument
 def heatmap_figure(result: Any) -> Figure | None:
     """Heatmap of protocols (rows, the overall score first) by entries (columns).
 
@@ -70,6 +69,11 @@ def heatmap_figure(result: Any) -> Figure | None:
     values beyond the range starred; every cell is annotated (3 significant
     digits); protocols excluded from the score are hatched and their labels
     greyed. Plain mode colours each protocol's ranks and prints the raw values.
+
+    Parameters
+    ----------
+    result
+        A :class:`~scperteval.scoring.result.ScoreResult`.
 
     Returns
     -------
@@ -125,9 +129,13 @@ def heatmap_figure(result: Any) -> Figure | None:
     return fig
 
 
-@document_argument
 def calibration_figure(result: Any) -> Figure | None:
     """DRF (median bar, mean marker) and BDS per protocol, with the trust thresholds.
+
+    Parameters
+    ----------
+    result
+        A :class:`~scperteval.scoring.result.ScoreResult`.
 
     Returns
     -------
@@ -175,9 +183,13 @@ def calibration_figure(result: Any) -> Figure | None:
     return fig
 
 
-@document_argument
 def draw_figures(result: Any) -> dict[str, Figure]:
     """Draw every figure the result supports.
+
+    Parameters
+    ----------
+    result
+        A :class:`~scperteval.scoring.result.ScoreResult`.
 
     Returns
     -------

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-import inspect
 import math
 import numbers
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,24 +33,6 @@ TRUST_TERMS = (
     "share of the room between the negative control and a perfect score that the positive "
     "control covers."
 )
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def document_argument(function: F) -> F:
-    """Insert the ``Parameters`` section of a one-argument function before its ``Returns``.
-
-    The reports' functions of a scored run (``result``) or of its leaderboard
-    (``board``) describe their argument in the same words.
-    """
-    (name,) = inspect.signature(function).parameters
-    described = {
-        "result": "A :class:`~scperteval.scoring.result.ScoreResult`.",
-        "board": "A :class:`~scperteval.scoring.leaderboard.Leaderboard`.",
-    }[name]
-    section = f"    Parameters\n    ----------\n    {name}\n        {described}\n\n"
-    doc = function.__doc__
-    function.__doc__ = doc and doc.replace("    Returns\n", section + "    Returns\n", 1)
-    return function
 
 
 def percent(fraction: float) -> str:

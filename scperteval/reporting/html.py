@@ -18,7 +18,6 @@ from scperteval.reporting.formatting import (
     TRUST_TERMS,
     board_rows,
     controls_of,
-    document_argument,
     excluded_protocols,
     is_missing,
     model_notes,
@@ -105,9 +104,13 @@ def _board_class(column: str, best: bool, excluded: set[str]) -> str:
     return "text" if column in TEXT_COLUMNS else ""
 
 
-@document_argument
 def leaderboard_html(board: Any) -> str:
     """The headline table as HTML: the columns and values of ``leaderboard.csv``.
+
+    Parameters
+    ----------
+    board
+        A :class:`~scperteval.scoring.leaderboard.Leaderboard`.
 
     Returns
     -------

@@ -7,7 +7,7 @@ import platform
 from typing import Any
 
 from scperteval._version import __version__
-from scperteval.reporting.formatting import controls_of, document_argument
+from scperteval.reporting.formatting import controls_of
 
 __all__ = ["methods_text", "REFERENCES"]
 
@@ -38,9 +38,13 @@ def _controls(result: Any) -> str:
     return "; ".join(f"{negative} (0) and {positive} (1)" for negative, positive in pairs)
 
 
-@document_argument
 def methods_text(result: Any) -> str:
     """The methods paragraph of a run.
+
+    Parameters
+    ----------
+    result
+        A :class:`~scperteval.scoring.result.ScoreResult`.
 
     Returns
     -------

@@ -22,7 +22,7 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
 from scperteval.reporting.drawing import CALIBRATED_LIMIT, bottom_legend, cell_label, panel_grid
-from scperteval.reporting.formatting import document_argument, user_models, wins_by_pair
+from scperteval.reporting.formatting import user_models, wins_by_pair
 
 __all__ = ["per_perturbation_figures", "versus_figure", "PROTOCOLS_PER_PAGE", "MAX_LABELS"]
 
@@ -102,9 +102,13 @@ def _page(
     return fig
 
 
-@document_argument
 def per_perturbation_figures(result: Any) -> dict[str, Figure]:
     """One figure per page of protocols, covering every trusted protocol.
+
+    Parameters
+    ----------
+    result
+        A :class:`~scperteval.scoring.result.ScoreResult`.
 
     Returns
     -------

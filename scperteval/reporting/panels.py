@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from scperteval.reporting.drawing import bottom_legend, panel_grid
-from scperteval.reporting.formatting import document_argument, user_models
+from scperteval.reporting.formatting import user_models
 
 __all__ = ["distribution_figure", "positive_figure", "MAX_SCATTER_PROTOCOLS"]
 
@@ -109,7 +109,6 @@ def _plain_distribution(result: Any, order: list[str]) -> Figure | None:
     return fig
 
 
-@document_argument
 def distribution_figure(result: Any) -> Figure | None:
     """Per-perturbation scores of each model and baseline, as boxes with points.
 
@@ -117,6 +116,11 @@ def distribution_figure(result: Any) -> Figure | None:
     (all protocols when none is trusted) into one box per entry, with the
     controls' levels 0 and 1 drawn. Plain mode draws a grid with one panel of
     raw values per protocol.
+
+    Parameters
+    ----------
+    result
+        A :class:`~scperteval.scoring.result.ScoreResult`.
 
     Returns
     -------
@@ -173,13 +177,17 @@ def _padded(values: np.ndarray) -> tuple[float, float]:
     return low - pad, high + pad
 
 
-@document_argument
 def positive_figure(result: Any) -> Figure | None:
     """Each model's per-perturbation raw value against the positive control's.
 
     One panel per protocol (trusted protocols first, at most
     ``MAX_SCATTER_PROTOCOLS``), the negative control as grey crosses and the
     diagonal (as good as the positive control) dotted.
+
+    Parameters
+    ----------
+    result
+        A :class:`~scperteval.scoring.result.ScoreResult`.
 
     Returns
     -------

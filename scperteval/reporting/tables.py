@@ -13,7 +13,6 @@ from scperteval.reporting.formatting import (
     TEXT_COLUMNS,
     TRUST_TERMS,
     board_rows,
-    document_argument,
     excluded_protocols,
     model_notes,
     run_items,
@@ -193,9 +192,13 @@ def _latex_rows(board: Any, columns: list[str], excluded: set[str]) -> list[str]
     )
 
 
-@document_argument
 def latex_table(board: Any) -> str:
     r"""The leaderboard as LaTeX ``tabular`` environments (needs ``\usepackage{booktabs}``).
+
+    Parameters
+    ----------
+    board
+        A :class:`~scperteval.scoring.leaderboard.Leaderboard`.
 
     Returns
     -------
