@@ -21,7 +21,7 @@ from typing import Any
 
 from scperteval.progress import progress_bar
 from scperteval.reporting.formatting import created_now, write_file
-from scperteval.reporting.html import html_report
+from scperteval.reporting.html import PAGED_PREFIX, html_report
 from scperteval.reporting.methods import methods_text
 from scperteval.reporting.tables import latex_table, markdown_report
 
@@ -29,7 +29,6 @@ __all__ = ["write_reports", "FIGURE_NAMES", "FIGURE_FOLDER"]
 
 FIGURE_FOLDER = "figures"
 FIGURE_NAMES = ("heatmap", "calibration", "distributions", "versus_positive", "versus")
-PAGED_FIGURE = "per_perturbation"
 
 
 def _write_figures(
@@ -45,7 +44,7 @@ def _write_figures(
         for name, figure in drawn.items():
             # The paged per-perturbation figures are for reading, not for print: PNG only
             # (their many labels make SVG rendering several times slower).
-            paged = name.startswith(PAGED_FIGURE)
+            paged = name.startswith(PAGED_PREFIX)
             png, svg = render(figure, svg=not paged)
             write_file(target / f"{name}.png", png)
             if paged:
@@ -54,7 +53,7 @@ def _write_figures(
                 write_file(target / f"{name}.svg", svg)
             images[name] = (png, caption(name, figure))
             bar.update(1)
-    pages = [p.stem for p in target.glob(f"{PAGED_FIGURE}_*.png")] if target.is_dir() else []
+    pages = [p.stem for p in target.glob(f"{PAGED_PREFIX}_*.png")] if target.is_dir() else []
     for name in [n for n in [*FIGURE_NAMES, *pages] if n not in drawn]:
         for suffix in (".png", ".svg"):
             (target / f"{name}{suffix}").unlink(missing_ok=True)

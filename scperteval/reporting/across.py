@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from scperteval.reporting.formatting import MISSING, created_now, significant, write_file
-from scperteval.reporting.htmlparts import html_page, list_items, png_source
+from scperteval.reporting.htmlparts import html_page, list_items, png_source, row
 from scperteval.reporting.tables import latex_escape, latex_lines, markdown_escape, markdown_lines
 from scperteval.runinfo import write_atomic
 
@@ -110,10 +110,8 @@ def across_heatmap(summary: Any) -> Any:
 def across_html(summary: Any, png: bytes | None, created: str) -> str:
     """The summary as one self-contained HTML page."""
     header, rows = _rows(summary)
-    head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>" for cells in rows
-    )
+    head = row([(h, "") for h in header], "th")
+    body = "".join(row([(c, "") for c in cells]) for cells in rows)
     items = list_items(_definitions(summary))
     figure = ""
     if png is not None:
@@ -122,7 +120,7 @@ def across_html(summary: Any, png: bytes | None, created: str) -> str:
         TITLE,
         _CSS,
         f"<p>{escape(CAPTION)}</p>\n"
-        f'<table id="datasets-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n'
+        f'<table id="datasets-table"><thead>{head}</thead><tbody>{body}</tbody></table>\n'
         f"{figure}\n<p><strong>Headline score of each dataset</strong></p><ul>{items}</ul>",
         escape(created),
     )

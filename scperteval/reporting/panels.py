@@ -57,9 +57,9 @@ def _by_entry(rows: pd.DataFrame, column: str, order: list[str]) -> list[np.ndar
 
 def _clip_axis(ax: Axes, data: list[np.ndarray]) -> None:
     """Keep [-0.5, 1.5] in view but no more than [-3, 3]; count the values off the axis."""
-    pooled = np.concatenate([d for d in data if d.size]) if any(d.size for d in data) else None
-    if pooled is None:
+    if not any(d.size for d in data):
         return
+    pooled = np.concatenate(data)
     low = max(min(-0.5, float(np.quantile(pooled, 0.01))), -3.0)
     high = min(max(1.5, float(np.quantile(pooled, 0.99))), 3.0)
     ax.set_ylim(low, high)

@@ -196,6 +196,7 @@ def _with_covariates(table: pd.DataFrame, dataset: Dataset, origin: str) -> pd.D
     ):
         # The one group of data without a covariate, as `split` writes it.
         table = table.drop(columns="covariate")
+    unknown: list[Perturbation] = []
     if "covariate" not in table.columns:
         groups: dict[str, list[str]] = {}
         for covariate, label in sorted(known):
@@ -206,19 +207,18 @@ def _with_covariates(table: pd.DataFrame, dataset: Dataset, origin: str) -> pd.D
             (ALL_COVARIATES, label)
             for label in dict.fromkeys(table.loc[unknown_rows, "perturbation"])
         ]
+        # Each label left takes only known groups, so it adds no unknown pair below.
         table = table[~unknown_rows].explode("covariate")
-    else:
-        if dataset.covariate_key is None:
-            raise SpecError(
-                f"split {origin}: the table has a covariate column but the data has no "
-                "covariate; name its column (--covariate-key, covariate_key=...) or drop "
-                "the table's covariate column"
-            )
-        pairs = list(zip(table["covariate"], table["perturbation"], strict=True))
-        unknown = [pair for pair in dict.fromkeys(pairs) if pair not in known]
+    elif dataset.covariate_key is None:
+        raise SpecError(
+            f"split {origin}: the table has a covariate column but the data has no "
+            "covariate; name its column (--covariate-key, covariate_key=...) or drop "
+            "the table's covariate column"
+        )
+    pairs = list(zip(table["covariate"], table["perturbation"], strict=True))
+    unknown += [pair for pair in dict.fromkeys(pairs) if pair not in known]
     if unknown:
         raise SpecError(_unknown_message(unknown, sorted(kept), dataset, origin))
-    pairs = list(zip(table["covariate"], table["perturbation"], strict=True))
     return table[[pair in kept for pair in pairs]].reset_index(drop=True)
 
 

@@ -76,10 +76,8 @@ def _fold_table(split: Split, everything: list[Perturbation]) -> pd.DataFrame:
     for perturbation in everything:
         fold = split.fold_of(perturbation)
         assert fold is not None  # a K-fold split holds every perturbation out
-        row = _row(split, fold, perturbation)
-        for other in split.folds:
-            row[f"seen_{other}"] = split.category(other, perturbation)
-        rows.append(row)
+        seen = {f"seen_{other}": split.category(other, perturbation) for other in split.folds}
+        rows.append(_row(split, fold, perturbation) | seen)
     return _nullable_counts(pd.DataFrame(rows))
 
 
@@ -87,12 +85,8 @@ def _long_table(split: Split, everything: list[Perturbation]) -> pd.DataFrame:
     rows = []
     for fold in split.folds:
         for perturbation in everything:
-            if perturbation in split.test[fold]:
-                role = "test"
-            elif perturbation in split.train[fold]:
-                role = "train"
-            else:
-                role = "val"
+            tested, trained = perturbation in split.test[fold], perturbation in split.train[fold]
+            role = "test" if tested else "train" if trained else "val"
             rows.append(_row(split, fold, perturbation, role=role))
     return _nullable_counts(pd.DataFrame(rows))
 
@@ -105,10 +99,8 @@ def _row(split: Split, fold: str, perturbation: Perturbation, **role: str) -> di
 
 
 def _nullable_counts(frame: pd.DataFrame) -> pd.DataFrame:
-    for column in frame.columns:
-        if column == "seen" or column.startswith("seen_"):
-            frame[column] = frame[column].astype("Int64")
-    return frame
+    counts = [c for c in frame.columns if c == "seen" or c.startswith("seen_")]
+    return frame.astype(dict.fromkeys(counts, "Int64"))
 
 
 def check_table_path(path: str | os.PathLike[str], *, writing: bool) -> Path:
@@ -218,12 +210,8 @@ def split_record(split: Split | None) -> dict[str, object] | None:
     """
     if split is None:
         return None
-    if split.is_k_fold():
-        layout = "k-fold"
-    elif split.folds == (ROLES_FOLD,):
-        layout = "train/val/test"
-    else:
-        layout = "custom"
+    roles = split.folds == (ROLES_FOLD,)
+    layout = "k-fold" if split.is_k_fold() else "train/val/test" if roles else "custom"
     return {
         **split.describe(),
         "layout": layout,
