@@ -124,12 +124,7 @@ def r2(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None =
     The same value as :func:`sklearn.metrics.r2_score` ``(gt, pred)`` wherever the truth
     is not constant.
 
-    Parameters
-    ----------
-    gt, pred
-        1-D arrays of one length: truth and prediction per feature.
-    ctx
-        Unused; accepted for the common metric signature.
+    {pearson:Parameters}
 
     Returns
     -------
@@ -156,12 +151,7 @@ def r2(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None =
 def mse(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Mean squared error across features.
 
-    Parameters
-    ----------
-    gt, pred
-        1-D arrays of one length: truth and prediction per feature.
-    ctx
-        Unused; accepted for the common metric signature.
+    {pearson:Parameters}
 
     Returns
     -------
@@ -182,17 +172,9 @@ def mse(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None 
 def mae(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Mean absolute error across features.
 
-    Parameters
-    ----------
-    gt, pred
-        1-D arrays of one length: truth and prediction per feature.
-    ctx
-        Unused; accepted for the common metric signature.
+    {pearson:Parameters}
 
-    Returns
-    -------
-    float
-        In [0, inf); lower is better, 0 is perfect. Never NaN on finite input.
+    {mse:Returns}
 
     """
     x, y = as_vector_pair(gt, pred)
@@ -205,17 +187,9 @@ def mae(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None 
 def l2(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Euclidean distance ``||gt - pred||_2`` (not divided by the number of features).
 
-    Parameters
-    ----------
-    gt, pred
-        1-D arrays of one length: truth and prediction per feature.
-    ctx
-        Unused; accepted for the common metric signature.
+    {pearson:Parameters}
 
-    Returns
-    -------
-    float
-        In [0, inf); lower is better, 0 is perfect. Never NaN on finite input.
+    {mse:Returns}
 
     """
     x, y = as_vector_pair(gt, pred)
@@ -226,12 +200,7 @@ def l2(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None =
 def cosine(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Cosine similarity ``dot(gt, pred) / (||gt|| ||pred||)`` (no centering).
 
-    Parameters
-    ----------
-    gt, pred
-        1-D arrays of one length: truth and prediction per feature.
-    ctx
-        Unused; accepted for the common metric signature.
+    {pearson:Parameters}
 
     Returns
     -------
@@ -315,12 +284,7 @@ def weighted_pearson(
     ``cov_w(x, y) = sum w (x - m_w(x)) (y - m_w(y))`` and ``m_w(x) = sum w x / sum w``.
     Uniform weights give :func:`pearson`.
 
-    Parameters
-    ----------
-    gt, pred
-        1-D arrays of one length: truth and prediction per feature.
-    ctx
-        Context whose ``weights`` (non-negative, aligned with the features) are used.
+    {weighted_mse:Parameters}
 
     Returns
     -------
@@ -328,11 +292,7 @@ def weighted_pearson(
         In [-1, 1]; higher is better, 1 is perfect. NaN when all weights are zero, or
         when either vector is constant over the features with positive weight.
 
-    Raises
-    ------
-    ValueError
-        If ``ctx`` has no weights, or they are negative, non-finite or of another
-        length than the vectors.
+    {weighted_mse:Raises}
 
     """
     x, y, w = _weighted(gt, pred, ctx, "weighted_pearson")
@@ -360,12 +320,7 @@ def weighted_r2(
     weighted mean ``m_w``: the value of :func:`sklearn.metrics.r2_score` with
     ``sample_weight=w`` wherever the truth is not constant.
 
-    Parameters
-    ----------
-    gt, pred
-        1-D arrays of one length: truth and prediction per feature.
-    ctx
-        Context whose ``weights`` (non-negative, aligned with the features) are used.
+    {weighted_mse:Parameters}
 
     Returns
     -------
@@ -375,11 +330,7 @@ def weighted_r2(
         against the perturbed mean, the mean baseline (an all-zero delta) scores at
         most 0.
 
-    Raises
-    ------
-    ValueError
-        If ``ctx`` has no weights, or they are negative, non-finite or of another
-        length than the vectors.
+    {weighted_mse:Raises}
 
     """
     x, y, w = _weighted(gt, pred, ctx, "weighted_r2")

@@ -213,26 +213,14 @@ def de_auroc(
     random negative one, ties counting one half: the value of
     :func:`sklearn.metrics.roc_auc_score`.
 
-    Parameters
-    ----------
-    gt
-        Truth DE result: genes with ``pvalue_adj < alpha`` are the positives.
-    pred
-        Predicted DE result: ``|statistic|`` is the score.
-    ctx
-        Unused; accepted for the common metric signature.
-    alpha
-        Significance level defining the positives.
+    {de_auprc:Parameters}
 
     Returns
     -------
     float
         In [0, 1]; higher is better, 1 is perfect, 0.5 is a random or constant ranking.
 
-    Raises
-    ------
-    DegenerateInput
-        If the truth has no positive or no negative gene.
+    {de_auprc:Raises}
 
     """
     positive = _positives(gt, pred, alpha)
