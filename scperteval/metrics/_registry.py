@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import re
-import sys
 import textwrap
 from collections.abc import Callable
 from typing import Any
@@ -32,10 +31,9 @@ def fill_docstring(func: Callable[..., Any]) -> Callable[..., Any]:
     them once this way, and the filled docstring is the one ``help`` and the API
     reference show.
     """
-    namespace = vars(sys.modules[func.__module__])
 
     def section(match: re.Match[str]) -> str:
-        lines = [*inspect.cleandoc(namespace[match[2]].__doc__).split("\n"), ""]
+        lines = [*inspect.cleandoc(func.__globals__[match[2]].__doc__).split("\n"), ""]
         start = lines.index(match[3])
         return textwrap.indent("\n".join(lines[start : lines.index("", start)]), match[1])
 
