@@ -150,9 +150,10 @@ def _expanded_sqeuclidean(
 def _distances_of_unique(
     pred: Float64Array, truth: Float64Array, keep: Float64Array | None, distance: str
 ) -> Float64Array:
-    """Distances between distinct rows; ``pred`` and ``truth`` may be overwritten.
+    """Masked squared Euclidean or cosine distances between distinct rows.
 
-    Squared Euclidean distances without a mask go through :func:`shifted_truths`.
+    ``pred`` and ``truth`` may be overwritten. Squared Euclidean distances without a
+    mask go through :func:`shifted_truths`, L1 distances through :func:`_l1_distances`.
     """
     if distance == "sqeuclidean" and keep is not None:
         # As in shifted_truths: a common shift; the rows are the caller's own copies,
@@ -162,20 +163,18 @@ def _distances_of_unique(
         truth -= shift
         pred *= keep
         return _expanded_sqeuclidean(pred, truth, keep @ (truth * truth).T)
-    if distance == "cosine":
-        p = pred if keep is None else pred * keep
-        dot = p @ truth.T
-        pred_norms = np.sqrt(np.einsum("ij,ij->i", p, p))[:, None]
-        if keep is not None:
-            truth_norms = np.sqrt(keep @ (truth * truth).T)
-        else:
-            truth_norms = np.sqrt(np.einsum("ij,ij->i", truth, truth))[None, :]
-        denominator = pred_norms * truth_norms
-        # A zero vector has no direction: similarity 0 (distance 1) to everything, the
-        # convention of sklearn.metrics.pairwise.cosine_similarity.
-        similarity = np.divide(dot, denominator, out=np.zeros_like(dot), where=denominator > 0)
-        return 1.0 - np.clip(similarity, -1.0, 1.0)
-    raise ValueError(f"unknown distance {distance!r}")
+    p = pred if keep is None else pred * keep
+    dot = p @ truth.T
+    pred_norms = np.sqrt(np.einsum("ij,ij->i", p, p))[:, None]
+    if keep is not None:
+        truth_norms = np.sqrt(keep @ (truth * truth).T)
+    else:
+        truth_norms = np.sqrt(np.einsum("ij,ij->i", truth, truth))[None, :]
+    denominator = pred_norms * truth_norms
+    # A zero vector has no direction: similarity 0 (distance 1) to everything, the
+    # convention of sklearn.metrics.pairwise.cosine_similarity.
+    similarity = np.divide(dot, denominator, out=np.zeros_like(dot), where=denominator > 0)
+    return 1.0 - np.clip(similarity, -1.0, 1.0)
 
 
 def _gather_rows_in_place(matrix: Float64Array, rows: npt.NDArray[np.intp]) -> None:
