@@ -334,8 +334,7 @@ def sqeuclidean_to_truths(
     rows, index = _distinct_rows(p, overwrite_pred)
     rows -= truths.shift
     unique = _expanded_sqeuclidean(rows, truths.rows, truths.norms)
-    result: Float64Array = unique[np.ix_(index, truths.index)]
-    return result
+    return unique[np.ix_(index, truths.index)]
 
 
 def distance_matrix(
@@ -401,8 +400,7 @@ def distance_matrix(
     kept_truth, truth_index = _unique_rows(t)
     unique_mask = None if mask is None else mask[kept_pred]
     unique = _distances_of_unique(p[kept_pred], t[kept_truth], unique_mask, distance)
-    result: Float64Array = unique[np.ix_(pred_index, truth_index)]
-    return result
+    return unique[np.ix_(pred_index, truth_index)]
 
 
 # ------------------------------------------------------------------- from distances
@@ -430,8 +428,7 @@ def _competitors(distances: npt.ArrayLike, axis: int, of_others: bool = True) ->
     """
     d = _square(distances)
     counts = (d <= np.expand_dims(np.diag(d), axis)).sum(axis=axis) - 1
-    result: Float64Array = counts.astype(np.float64) / (d.shape[0] - 1 if of_others else d.shape[0])
-    return result
+    return counts.astype(np.float64) / (d.shape[0] - 1 if of_others else d.shape[0])
 
 
 def rank_from_distances(distances: npt.ArrayLike) -> Float64Array:
@@ -474,8 +471,7 @@ def nir_from_distances(distances: npt.ArrayLike) -> Float64Array:
     """
     d = _square(distances)
     farther = (d > np.diag(d)[:, None]).sum(axis=1)
-    result: Float64Array = farther / (d.shape[0] - 1.0)
-    return result
+    return farther / (d.shape[0] - 1.0)
 
 
 def pds_from_distances(distances: npt.ArrayLike) -> Float64Array:
