@@ -123,7 +123,12 @@ def r2(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None =
     The same value as :func:`sklearn.metrics.r2_score` ``(gt, pred)`` wherever the truth
     is not constant.
 
-    {pearson:Parameters}
+    Parameters
+    ----------
+    gt, pred
+        1-D arrays of one length: truth and prediction per feature.
+    ctx
+        Unused; accepted for the common metric signature.
 
     Returns
     -------
@@ -150,7 +155,12 @@ def r2(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None =
 def mse(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Mean squared error across features.
 
-    {pearson:Parameters}
+    Parameters
+    ----------
+    gt, pred
+        1-D arrays of one length: truth and prediction per feature.
+    ctx
+        Unused; accepted for the common metric signature.
 
     Returns
     -------
@@ -171,9 +181,17 @@ def mse(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None 
 def mae(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Mean absolute error across features.
 
-    {pearson:Parameters}
+    Parameters
+    ----------
+    gt, pred
+        1-D arrays of one length: truth and prediction per feature.
+    ctx
+        Unused; accepted for the common metric signature.
 
-    {mse:Returns}
+    Returns
+    -------
+    float
+        In [0, inf); lower is better, 0 is perfect. Never NaN on finite input.
 
     """
     x, y = as_vector_pair(gt, pred)
@@ -186,9 +204,17 @@ def mae(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None 
 def l2(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Euclidean distance ``||gt - pred||_2`` (not divided by the number of features).
 
-    {pearson:Parameters}
+    Parameters
+    ----------
+    gt, pred
+        1-D arrays of one length: truth and prediction per feature.
+    ctx
+        Unused; accepted for the common metric signature.
 
-    {mse:Returns}
+    Returns
+    -------
+    float
+        In [0, inf); lower is better, 0 is perfect. Never NaN on finite input.
 
     """
     x, y = as_vector_pair(gt, pred)
@@ -199,7 +225,12 @@ def l2(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None =
 def cosine(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Cosine similarity ``dot(gt, pred) / (||gt|| ||pred||)`` (no centering).
 
-    {pearson:Parameters}
+    Parameters
+    ----------
+    gt, pred
+        1-D arrays of one length: truth and prediction per feature.
+    ctx
+        Unused; accepted for the common metric signature.
 
     Returns
     -------
@@ -283,7 +314,12 @@ def weighted_pearson(
     ``cov_w(x, y) = sum w (x - m_w(x)) (y - m_w(y))`` and ``m_w(x) = sum w x / sum w``.
     Uniform weights give :func:`pearson`.
 
-    {weighted_mse:Parameters}
+    Parameters
+    ----------
+    gt, pred
+        1-D arrays of one length: truth and prediction per feature.
+    ctx
+        Context whose ``weights`` (non-negative, aligned with the features) are used.
 
     Returns
     -------
@@ -291,7 +327,11 @@ def weighted_pearson(
         In [-1, 1]; higher is better, 1 is perfect. NaN when all weights are zero, or
         when either vector is constant over the features with positive weight.
 
-    {weighted_mse:Raises}
+    Raises
+    ------
+    ValueError
+        If ``ctx`` has no weights, or they are negative, non-finite or of another
+        length than the vectors.
 
     """
     x, y, w = _weighted(gt, pred, ctx, "weighted_pearson")
@@ -319,7 +359,12 @@ def weighted_r2(
     weighted mean ``m_w``: the value of :func:`sklearn.metrics.r2_score` with
     ``sample_weight=w`` wherever the truth is not constant.
 
-    {weighted_mse:Parameters}
+    Parameters
+    ----------
+    gt, pred
+        1-D arrays of one length: truth and prediction per feature.
+    ctx
+        Context whose ``weights`` (non-negative, aligned with the features) are used.
 
     Returns
     -------
@@ -329,7 +374,11 @@ def weighted_r2(
         against the perturbed mean, the mean baseline (an all-zero delta) scores at
         most 0.
 
-    {weighted_mse:Raises}
+    Raises
+    ------
+    ValueError
+        If ``ctx`` has no weights, or they are negative, non-finite or of another
+        length than the vectors.
 
     """
     x, y, w = _weighted(gt, pred, ctx, "weighted_r2")

@@ -213,14 +213,26 @@ def de_auroc(
     random negative one, ties counting one half: the value of
     :func:`sklearn.metrics.roc_auc_score`.
 
-    {de_auprc:Parameters}
+    Parameters
+    ----------
+    gt
+        Truth DE result: genes with ``pvalue_adj < alpha`` are the positives.
+    pred
+        Predicted DE result: ``|statistic|`` is the score.
+    ctx
+        Unused; accepted for the common metric signature.
+    alpha
+        Significance level defining the positives.
 
     Returns
     -------
     float
         In [0, 1]; higher is better, 1 is perfect, 0.5 is a random or constant ranking.
 
-    {de_auprc:Raises}
+    Raises
+    ------
+    DegenerateInput
+        If the truth has no positive or no negative gene.
 
     """
     positive = _positives(gt, pred, alpha)
