@@ -60,8 +60,7 @@ def _unit(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64] | None:
     norm = np.linalg.norm(scaled)
     if not np.isfinite(norm) or norm == 0:
         return None
-    result: npt.NDArray[np.float64] = scaled / norm
-    return result
+    return scaled / norm
 
 
 def _cosine_of(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> float:

@@ -39,7 +39,6 @@ NaN.
 
 from __future__ import annotations
 
-import math
 import random
 import threading
 from collections.abc import Sequence
@@ -51,7 +50,7 @@ from scipy import sparse
 
 from scperteval.errors import MissingExtraError
 from scperteval.metrics._registry import METRICS
-from scperteval.metrics.common import DegenerateInput, as_matrix
+from scperteval.metrics.common import DegenerateInput, _positive_number, as_matrix
 from scperteval.metrics.metric_context import DatasetContext
 
 __all__ = [
@@ -105,12 +104,6 @@ def check_options(
         raise ValueError(f"n_neighbors must be an integer of at least 2, got {n_neighbors!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
-
-
-def _positive_number(value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    return math.isfinite(value) and value > 0
 
 
 def fuzzy_neighbour_graph(points: npt.ArrayLike, n_neighbors: int = 15) -> sparse.csr_matrix:

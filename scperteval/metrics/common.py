@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 from scipy import sparse
@@ -23,6 +26,13 @@ class DegenerateInput(ScpertevalError, ValueError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def _positive_number(value: Any) -> bool:
+    """Whether ``value`` is a positive finite int or float (a bool is not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and value > 0
 
 
 def _checked(array: npt.NDArray[np.float64], ndim: int, what: str) -> npt.NDArray[np.float64]:

@@ -150,9 +150,10 @@ def _expanded_sqeuclidean(
 def _distances_of_unique(
     pred: Float64Array, truth: Float64Array, keep: Float64Array | None, distance: str
 ) -> Float64Array:
-    """Distances between distinct rows; ``pred`` and ``truth`` may be overwritten.
+    """Masked squared Euclidean or cosine distances between distinct rows.
 
-    Squared Euclidean distances without a mask go through :func:`shifted_truths`.
+    ``pred`` and ``truth`` may be overwritten. Squared Euclidean distances without a
+    mask go through :func:`shifted_truths`, L1 distances through :func:`_l1_distances`.
     """
     if distance == "sqeuclidean" and keep is not None:
         # As in shifted_truths: a common shift; the rows are the caller's own copies,
@@ -162,20 +163,18 @@ def _distances_of_unique(
         truth -= shift
         pred *= keep
         return _expanded_sqeuclidean(pred, truth, keep @ (truth * truth).T)
-    if distance == "cosine":
-        p = pred if keep is None else pred * keep
-        dot = p @ truth.T
-        pred_norms = np.sqrt(np.einsum("ij,ij->i", p, p))[:, None]
-        if keep is not None:
-            truth_norms = np.sqrt(keep @ (truth * truth).T)
-        else:
-            truth_norms = np.sqrt(np.einsum("ij,ij->i", truth, truth))[None, :]
-        denominator = pred_norms * truth_norms
-        # A zero vector has no direction: similarity 0 (distance 1) to everything, the
-        # convention of sklearn.metrics.pairwise.cosine_similarity.
-        similarity = np.divide(dot, denominator, out=np.zeros_like(dot), where=denominator > 0)
-        return 1.0 - np.clip(similarity, -1.0, 1.0)
-    raise ValueError(f"unknown distance {distance!r}")
+    p = pred if keep is None else pred * keep
+    dot = p @ truth.T
+    pred_norms = np.sqrt(np.einsum("ij,ij->i", p, p))[:, None]
+    if keep is not None:
+        truth_norms = np.sqrt(keep @ (truth * truth).T)
+    else:
+        truth_norms = np.sqrt(np.einsum("ij,ij->i", truth, truth))[None, :]
+    denominator = pred_norms * truth_norms
+    # A zero vector has no direction: similarity 0 (distance 1) to everything, the
+    # convention of sklearn.metrics.pairwise.cosine_similarity.
+    similarity = np.divide(dot, denominator, out=np.zeros_like(dot), where=denominator > 0)
+    return 1.0 - np.clip(similarity, -1.0, 1.0)
 
 
 def _gather_rows_in_place(matrix: Float64Array, rows: npt.NDArray[np.intp]) -> None:
@@ -222,24 +221,22 @@ def _distinct_rows(
 def _l1_distances(
     pred: Float64Array, truth: Float64Array, keep: Float64Array | None, threads: Threads
 ) -> Float64Array:
-    """L1 distances of all pairs of rows, one compiled pass per pair."""
+    """L1 distances of all pairs of rows (C-contiguous float64), one compiled pass per pair."""
     from scperteval.kernels.distances import l1_distances
 
     out = np.empty((pred.shape[0], truth.shape[0]))
     mask = np.empty((0, 0)) if keep is None else np.ascontiguousarray(keep, dtype=np.float64)
-    rows = np.ascontiguousarray(pred, dtype=np.float64)
-    columns = np.ascontiguousarray(truth, dtype=np.float64)
 
     def fill(start: int, stop: int) -> None:
         # Each entry is one pair's own sum: splitting the rows between threads
         # leaves every value as it is.
         l1_distances(
-            rows[start:stop], columns, mask[start:stop] if mask.size else mask, out[start:stop]
+            pred[start:stop], truth, mask[start:stop] if mask.size else mask, out[start:stop]
         )
 
     # Thousands of perturbations x thousands of genes is minutes of work: spread it.
-    n_blocks = threads.count if rows.shape[0] * columns.size > 1 << 24 else 1
-    threads.run_ranges(fill, threads.even_bounds(rows.shape[0], n_blocks))
+    n_blocks = threads.count if pred.shape[0] * truth.size > 1 << 24 else 1
+    threads.run_ranges(fill, threads.even_bounds(pred.shape[0], n_blocks))
     return out
 
 
@@ -337,8 +334,7 @@ def sqeuclidean_to_truths(
     rows, index = _distinct_rows(p, overwrite_pred)
     rows -= truths.shift
     unique = _expanded_sqeuclidean(rows, truths.rows, truths.norms)
-    result: Float64Array = unique[np.ix_(index, truths.index)]
-    return result
+    return unique[np.ix_(index, truths.index)]
 
 
 def distance_matrix(
@@ -404,8 +400,7 @@ def distance_matrix(
     kept_truth, truth_index = _unique_rows(t)
     unique_mask = None if mask is None else mask[kept_pred]
     unique = _distances_of_unique(p[kept_pred], t[kept_truth], unique_mask, distance)
-    result: Float64Array = unique[np.ix_(pred_index, truth_index)]
-    return result
+    return unique[np.ix_(pred_index, truth_index)]
 
 
 # ------------------------------------------------------------------- from distances
@@ -433,8 +428,7 @@ def _competitors(distances: npt.ArrayLike, axis: int, of_others: bool = True) ->
     """
     d = _square(distances)
     counts = (d <= np.expand_dims(np.diag(d), axis)).sum(axis=axis) - 1
-    result: Float64Array = counts.astype(np.float64) / (d.shape[0] - 1 if of_others else d.shape[0])
-    return result
+    return counts.astype(np.float64) / (d.shape[0] - 1 if of_others else d.shape[0])
 
 
 def rank_from_distances(distances: npt.ArrayLike) -> Float64Array:
@@ -477,8 +471,7 @@ def nir_from_distances(distances: npt.ArrayLike) -> Float64Array:
     """
     d = _square(distances)
     farther = (d > np.diag(d)[:, None]).sum(axis=1)
-    result: Float64Array = farther / (d.shape[0] - 1.0)
-    return result
+    return farther / (d.shape[0] - 1.0)
 
 
 def pds_from_distances(distances: npt.ArrayLike) -> Float64Array:

@@ -39,7 +39,7 @@ from scperteval.kernels.pairs import (
 )
 from scperteval.kernels.threads import Threads
 from scperteval.metrics._registry import Decorator, register_metric
-from scperteval.metrics.common import DegenerateInput, as_matrix
+from scperteval.metrics.common import DegenerateInput, _positive_number, as_matrix
 from scperteval.metrics.metric_context import PerturbationContext
 
 __all__ = [
@@ -537,12 +537,7 @@ def check_stopping(tol: float | None, max_iter: int) -> None:
         Cap on its iterations.
 
     """
-    if tol is not None and not (
-        isinstance(tol, (int, float))
-        and not isinstance(tol, bool)
-        and math.isfinite(tol)
-        and tol > 0
-    ):
+    if tol is not None and not _positive_number(tol):
         raise ValueError(f"tol must be None or a positive finite number, got {tol!r}")
     if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
         raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
