@@ -37,12 +37,14 @@ def _groups_of(cells: GroupedCells) -> dict[str, Group]:
     return {label: Group(cells.cells[label], shift) for label in cells.groups}
 
 
-def _pairwise_only(distance: Distance, where: str) -> None:
-    """Refuse a distance defined only over all groups at once (classifier projection)."""
+def _pairwise_only(metric: Any, where: str) -> Distance:
+    """The distance of ``metric``, refused if defined only over all groups at once."""
+    distance = resolve_distance(metric)
     if hasattr(distance, "onesided_all"):
         raise SpecError(
             f"{distance.name} compares all groups at once: onesided() has it, {where}() not"
         )
+    return distance
 
 
 def _between(task: tuple[Distance, Group, Group]) -> float:
@@ -302,8 +304,7 @@ def pairwise(
     3.0
 
     """
-    distance = resolve_distance(metric)
-    _pairwise_only(distance, "pairwise")
+    distance = _pairwise_only(metric, "pairwise")
     reading = (obsm_key, layer, space, covariate_key, subset, normalize, backed)
     frames = []
     for covariate_key, cells, by_label, measure, labels in _compared(
