@@ -300,13 +300,5 @@ def deg_weight_tensor(
         Float64 (by default) weights on ``device``.
 
     """
-    return DEGWeights.from_context(
-        context,
-        half=half,
-        exponent=exponent,
-        perturbations=perturbations,
-        genes=genes,
-        covariate=covariate,
-        device=device,
-        dtype=dtype,
-    ).weights
+    # Every argument goes on under its own name (nothing else is local yet).
+    return DEGWeights.from_context(**locals()).weights
