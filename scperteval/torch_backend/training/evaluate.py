@@ -54,15 +54,12 @@ def missing_reasons(counts: torch.Tensor) -> list[str]:
     """Per condition, why its centroid is not usable (``""`` when it is)."""
     none = (counts == 0).all(dim=1).cpu().numpy()
     partial = (counts == 0).sum(dim=1).cpu().numpy()
-    reasons = []
-    for k in range(counts.shape[0]):
-        if none[k]:
-            reasons.append("no predictions for this perturbation")
-        elif partial[k]:
-            reasons.append(f"no finite prediction for {int(partial[k])} gene(s)")
-        else:
-            reasons.append("")
-    return reasons
+    return [
+        "no predictions for this perturbation"
+        if empty
+        else (f"no finite prediction for {int(gaps)} gene(s)" if gaps else "")
+        for empty, gaps in zip(none, partial, strict=True)
+    ]
 
 
 def centroid_values(
