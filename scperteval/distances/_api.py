@@ -9,6 +9,7 @@ reading options of the other entry points that apply to groups of cells
 from __future__ import annotations
 
 import concurrent.futures as cf
+import itertools
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -313,12 +314,8 @@ def pairwise(
         if _batchable(measure):
             table = _batched_table(measure, [by_label[g] for g in labels], n_jobs)  # type: ignore[arg-type]
         else:
-            pairs = [
-                (i, j)
-                for i in range(len(labels))
-                for j in range(len(labels))
-                if i != j and (i < j or not measure.symmetric)
-            ]
+            ordered = itertools.combinations if measure.symmetric else itertools.permutations
+            pairs = list(ordered(range(len(labels)), 2))
             tasks = [(measure, by_label[labels[i]], by_label[labels[j]]) for i, j in pairs]
             table = np.zeros((len(labels), len(labels)))
             for (i, j), value in zip(pairs, _run(tasks, _between, n_jobs), strict=True):
