@@ -146,14 +146,11 @@ def protocol_result(
     aggregate_by: str,
 ) -> ProtocolResult:
     """The result of one protocol: values, reasons, aggregate, calibrated values."""
-    reasons = []
-    for k, value in enumerate(values):
-        reason = prepared[k] or missing[k]
-        if not reason and not math.isfinite(value):
-            reason = UNDEFINED
-        if reason:
-            values[k] = math.nan
-        reasons.append(reason)
+    reasons = [
+        prepared_reason or missing_reason or ("" if math.isfinite(value) else UNDEFINED)
+        for prepared_reason, missing_reason, value in zip(prepared, missing, values, strict=True)
+    ]
+    values[np.array([bool(reason) for reason in reasons], dtype=bool)] = math.nan
     if plan.has_covariate:
         index = pd.MultiIndex.from_arrays(
             [list(plan.covariates), list(plan.perturbations)],
