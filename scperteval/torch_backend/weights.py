@@ -299,5 +299,13 @@ def deg_weight_tensor(
         Float64 (by default) weights on ``device``.
 
     """
-    # Every argument goes on under its own name (nothing else is local yet).
-    return DEGWeights.from_context(**locals()).weights
+    return DEGWeights.from_context(
+        context,
+        half=half,
+        exponent=exponent,
+        perturbations=perturbations,
+        genes=genes,
+        covariate=covariate,
+        device=device,
+        dtype=dtype,
+    ).weights
