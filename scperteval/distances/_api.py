@@ -9,6 +9,7 @@ reading options of the other entry points that apply to groups of cells
 from __future__ import annotations
 
 import concurrent.futures as cf
+import itertools
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -37,12 +38,14 @@ def _groups_of(cells: GroupedCells) -> dict[str, Group]:
     return {label: Group(cells.cells[label], shift) for label in cells.groups}
 
 
-def _pairwise_only(distance: Distance, where: str) -> None:
-    """Refuse a distance defined only over all groups at once (classifier projection)."""
+def _pairwise_only(metric: Any, where: str) -> Distance:
+    """The distance of ``metric``, refused if defined only over all groups at once."""
+    distance = resolve_distance(metric)
     if hasattr(distance, "onesided_all"):
         raise SpecError(
             f"{distance.name} compares all groups at once: onesided() has it, {where}() not"
         )
+    return distance
 
 
 def _between(task: tuple[Distance, Group, Group]) -> float:
@@ -302,8 +305,7 @@ def pairwise(
     3.0
 
     """
-    distance = resolve_distance(metric)
-    _pairwise_only(distance, "pairwise")
+    distance = _pairwise_only(metric, "pairwise")
     reading = (obsm_key, layer, space, covariate_key, subset, normalize, backed)
     frames = []
     for covariate_key, cells, by_label, measure, labels in _compared(
@@ -312,12 +314,8 @@ def pairwise(
         if _batchable(measure):
             table = _batched_table(measure, [by_label[g] for g in labels], n_jobs)  # type: ignore[arg-type]
         else:
-            pairs = [
-                (i, j)
-                for i in range(len(labels))
-                for j in range(len(labels))
-                if i != j and (i < j or not measure.symmetric)
-            ]
+            ordered = itertools.combinations if measure.symmetric else itertools.permutations
+            pairs = list(ordered(range(len(labels)), 2))
             tasks = [(measure, by_label[labels[i]], by_label[labels[j]]) for i, j in pairs]
             table = np.zeros((len(labels), len(labels)))
             for (i, j), value in zip(pairs, _run(tasks, _between, n_jobs), strict=True):

@@ -24,16 +24,13 @@ import pandas as pd
 
 from scperteval.data.halves import derive_seed
 from scperteval.distances._api import _pairwise_only, _run, against_reference
-from scperteval.distances._base import Distance, Group, resolve_distance
+from scperteval.distances._base import Distance, Group
 from scperteval.distances._kernel import BlockSums, PairKernelDistance
 from scperteval.distances._mmd import MMD
-from scperteval.distances._permutation import fixed_kernel
+from scperteval.distances._permutation import MAX_MATRIX_BYTES, fixed_kernel
 from scperteval.errors import SpecError
 
 __all__ = ["bootstrap", "bootstrap_draws"]
-
-#: Largest pair matrix formed at once by the bootstrap (bytes).
-MAX_MATRIX_BYTES = 256 * 2**20
 
 
 def bootstrap_draws(seed: int, covariate: str, group: str, n_cells: int, count: int) -> np.ndarray:
@@ -158,8 +155,7 @@ def bootstrap(
 
     """
     _check(n_bootstrap, confidence)
-    distance = resolve_distance(metric)
-    _pairwise_only(distance, "bootstrap")
+    distance = _pairwise_only(metric, "bootstrap")
     if isinstance(distance, MMD) and distance.bandwidth == "pair_median":
         raise SpecError("bootstrap needs one kernel for all replicates: give a bandwidth")
     reference = str(reference)

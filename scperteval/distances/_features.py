@@ -239,10 +239,7 @@ def group_cells(
         in_covariate = covariates == covariate
         cov_rows = rows[in_covariate]
         cov_labels = selected_labels[in_covariate]
-        if fitted is None:
-            transform = _dense_float
-        else:
-            transform = _fit(matrix, cov_rows, fitted[0], fitted[1], normalize)
+        transform = _dense_float if fitted is None else _fit(matrix, cov_rows, *fitted, normalize)
         order = [str(g) for g in pd.unique(cov_labels)]
         if groups is not None:
             order = [g for g in (str(x) for x in groups) if g in set(order)]

@@ -129,7 +129,6 @@ class MeanVarDistribution(Distance):
             raise ValueError(f"n_points must be at least 3, got {n_points!r}")
         self.name = "mean_var_distribution"
         self.n_points = int(n_points)
-        self.min_cells = 1
 
     @staticmethod
     def _points(group: Group) -> np.ndarray:

@@ -34,7 +34,7 @@ import pandas as pd
 
 from scperteval.data.halves import derive_seed
 from scperteval.distances._api import _pairwise_only, _run, against_reference, check_n_jobs
-from scperteval.distances._base import Distance, Group, resolve_distance
+from scperteval.distances._base import Distance, Group
 from scperteval.distances._kernel import BlockSums, PairKernelDistance
 from scperteval.distances._mmd import MMD
 from scperteval.errors import SpecError
@@ -42,7 +42,7 @@ from scperteval.stats.multiple_testing import CORRECTIONS, adjust
 
 __all__ = ["permutation_test", "permutations"]
 
-#: Largest pooled pair matrix kept in memory by default.
+#: Largest pair matrix held in memory by default (pooled here, per group in the bootstrap).
 MAX_MATRIX_BYTES = 256 * 2**20
 _TILE_BYTES = 32 * 2**20
 
@@ -305,8 +305,7 @@ def permutation_test(
     """
     _check(n_permutations, correction, alpha)
     check_n_jobs(n_jobs)
-    distance = resolve_distance(metric)
-    _pairwise_only(distance, "permutation_test")
+    distance = _pairwise_only(metric, "permutation_test")
     reference = str(reference)
     reading = (obsm_key, layer, space, covariate_key, subset, normalize, backed)
 

@@ -22,7 +22,6 @@ See ``docs/torch.md``.
 from __future__ import annotations
 
 import importlib
-from types import MappingProxyType
 from typing import Any
 
 from scperteval.errors import MissingExtraError
@@ -55,15 +54,12 @@ __all__ = [
     "weighted_r2_loss",
 ]
 
-#: Names resolved on first use: their modules sit in a higher layer than this package.
-_LAZY = MappingProxyType({"PerturbationMetrics": "scperteval.torch_backend.training"})
-
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    # Resolved on first use: its module sits in a higher layer than this package.
+    if name != "PerturbationMetrics":
         raise AttributeError(f"module 'scperteval.torch_backend' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = importlib.import_module("scperteval.torch_backend.training").PerturbationMetrics
     globals()[name] = value
     return value
 

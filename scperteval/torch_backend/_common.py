@@ -100,8 +100,6 @@ def as_cloud(values: Any, what: str, device: torch.device) -> torch.Tensor:
         tensor = values.detach()
         if tensor.ndim != 2:
             raise ValueError(f"{what} must be two-dimensional, got shape {tuple(tensor.shape)}")
-        if not tensor.is_floating_point():
-            tensor = tensor.to(torch.float64)
     else:
         tensor = torch.from_numpy(np.asarray(as_matrix(values, what)))
     tensor = tensor.to(device=device, dtype=torch.float64)

@@ -33,12 +33,15 @@ __all__ = [
 ]
 
 
-def _cloud_pair(gt: Any, pred: Any, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    x = as_cloud(gt, "truth cells", device)
-    y = as_cloud(pred, "predicted cells", device)
+def _clouds(gt: Any, pred: Any, unbiased: bool, *options: Any) -> tuple[TorchPairs, Any, Any]:
+    """The pair sums of ``options`` (device, dtype, block bytes) and the two checked clouds."""
+    pairs = TorchPairs(*options)
+    x = as_cloud(gt, "truth cells", pairs.device)
+    y = as_cloud(pred, "predicted cells", pairs.device)
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"truth has {x.shape[1]} features but prediction has {y.shape[1]}")
-    return x, y
+    check_sizes(x.shape[0], y.shape[0], unbiased)
+    return pairs, x, y
 
 
 def median_pairwise_distance(
@@ -141,9 +144,7 @@ def energy_distance(
     0.993808
 
     """
-    pairs = TorchPairs(device, dtype, max_block_bytes)
-    x, y = _cloud_pair(gt, pred, pairs.device)
-    check_sizes(x.shape[0], y.shape[0], unbiased)
+    pairs, x, y = _clouds(gt, pred, unbiased, device, dtype, max_block_bytes)
     sums = three_sums(pairs.sums, _prepared(pairs.dtype, x, y), SQRT)
     return energy_distance_from_sums(*sums, x.shape[0], y.shape[0], unbiased=unbiased)
 
@@ -213,9 +214,7 @@ def mmd(
     0.442507
 
     """
-    pairs = TorchPairs(device, dtype, max_block_bytes)
-    x, y = _cloud_pair(gt, pred, pairs.device)
-    check_sizes(x.shape[0], y.shape[0], unbiased)
+    pairs, x, y = _clouds(gt, pred, unbiased, device, dtype, max_block_bytes)
     sigma = mmd_bandwidth(
         bandwidth, lambda pooled: pairs.median(torch.cat([x, y]) if pooled else x)
     )

@@ -191,9 +191,8 @@ class DEGWeights:
         all_genes = tuple(str(gene) for gene in context.genes)
         matrix = np.asarray(context.deg_weights(exponent, half=half), dtype=np.float64)
         if perturbations is None:
-            rows = list(range(len(all_conditions)))
-            if covariate is not None:
-                rows = [r for r in rows if all_conditions[r][0] == covariate]
+            # Every row, or those of one covariate group.
+            rows = [r for r, c in enumerate(all_conditions) if covariate in (None, c[0])]
         else:
             index = _ConditionIndex(all_conditions)
             rows = [index.row(item, covariate) for item in perturbations]

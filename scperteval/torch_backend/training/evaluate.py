@@ -54,15 +54,12 @@ def missing_reasons(counts: torch.Tensor) -> list[str]:
     """Per condition, why its centroid is not usable (``""`` when it is)."""
     none = (counts == 0).all(dim=1).cpu().numpy()
     partial = (counts == 0).sum(dim=1).cpu().numpy()
-    reasons = []
-    for k in range(counts.shape[0]):
-        if none[k]:
-            reasons.append("no predictions for this perturbation")
-        elif partial[k]:
-            reasons.append(f"no finite prediction for {int(partial[k])} gene(s)")
-        else:
-            reasons.append("")
-    return reasons
+    return [
+        "no predictions for this perturbation"
+        if empty
+        else (f"no finite prediction for {int(gaps)} gene(s)" if gaps else "")
+        for empty, gaps in zip(none, partial, strict=True)
+    ]
 
 
 def centroid_values(
@@ -149,14 +146,11 @@ def protocol_result(
     aggregate_by: str,
 ) -> ProtocolResult:
     """The result of one protocol: values, reasons, aggregate, calibrated values."""
-    reasons = []
-    for k, value in enumerate(values):
-        reason = prepared[k] or missing[k]
-        if not reason and not math.isfinite(value):
-            reason = UNDEFINED
-        if reason:
-            values[k] = math.nan
-        reasons.append(reason)
+    reasons = [
+        prepared_reason or missing_reason or ("" if math.isfinite(value) else UNDEFINED)
+        for prepared_reason, missing_reason, value in zip(prepared, missing, values, strict=True)
+    ]
+    values[np.array([bool(reason) for reason in reasons], dtype=bool)] = math.nan
     if plan.has_covariate:
         index = pd.MultiIndex.from_arrays(
             [list(plan.covariates), list(plan.perturbations)],

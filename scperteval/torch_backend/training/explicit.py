@@ -114,13 +114,9 @@ def plan_from_arrays(
         if protocol.scope == "dataset":
             plan.dataset.append(_array_dataset_task(plan, protocol, full, gene_index))
             continue
-        reasons = [""] * n
         reference = plan.reference(protocol.centering)
-        if reference is not None:
-            reasons = [
-                "" if np.isfinite(r).all() else "no reference for this row" for r in reference
-            ]
-        selected = np.array([not r for r in reasons], dtype=bool)
+        selected = np.ones(n, bool) if reference is None else np.isfinite(reference).all(axis=1)
+        reasons = ["" if ok else "no reference for this row" for ok in selected]
         task_weights = weights if protocol.metric.name in WEIGHTED else None
         plan.centroid.append(CentroidTask(protocol, None, selected, [], task_weights, reasons))
     return plan

@@ -125,17 +125,18 @@ def weighted_mse(
     return _nan_where(total == 0, value)
 
 
-def _normalised(w: torch.Tensor) -> torch.Tensor:
+def _shares(mask: torch.Tensor, weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The support's weights divided by their row sums (rows without weight left at 0)."""
+    w, support = _support(mask, weights)
     total = w.sum(dim=1, keepdim=True)
-    return w / torch.where(total > 0, total, torch.ones_like(total))
+    return w / torch.where(total > 0, total, torch.ones_like(total)), support
 
 
 def weighted_pearson(
     x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None
 ) -> torch.Tensor:
     """Weighted Pearson correlation per row; NaN without weight or for a constant row."""
-    w, support = _support(mask, weights)
-    w = _normalised(w)
+    w, support = _shares(mask, weights)
     root = w.sqrt()
     mx = (w * _zeroed(x, support)).sum(dim=1, keepdim=True)
     my = (w * _zeroed(y, support)).sum(dim=1, keepdim=True)
@@ -149,8 +150,7 @@ def weighted_r2(
     x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None
 ) -> torch.Tensor:
     """Weighted coefficient of determination per row; NaN without weight or constant truth."""
-    w, support = _support(mask, weights)
-    w = _normalised(w)
+    w, support = _shares(mask, weights)
     residual = (w * _zeroed((x - y) ** 2, support)).sum(dim=1)
     mx = (w * _zeroed(x, support)).sum(dim=1, keepdim=True)
     total = (w * _zeroed((x - mx) ** 2, support)).sum(dim=1)

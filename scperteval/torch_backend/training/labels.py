@@ -11,6 +11,7 @@ import torch
 
 from scperteval.data.labels import unmatched_listing
 from scperteval.errors import SpecError
+from scperteval.torch_backend.weights import _ConditionIndex
 
 __all__ = ["ConditionLabels", "is_missing"]
 
@@ -41,13 +42,8 @@ class ConditionLabels:
     ) -> None:
         self.n_conditions = len(perturbations)
         self._ignored = frozenset(map(str, ignored))
-        self._index = {
-            (c, p): k for k, (c, p) in enumerate(zip(covariates, perturbations, strict=True))
-        }
-        by_label: dict[str, list[int]] = {}
-        for k, label in enumerate(perturbations):
-            by_label.setdefault(label, []).append(k)
-        self._by_label = by_label
+        index = _ConditionIndex(list(zip(covariates, perturbations, strict=True)))
+        self._index, self._by_label = index.by_pair, index.by_name
 
     def __call__(self, perturbations: Any, covariates: Any = None) -> torch.Tensor:
         """Condition indices of a batch's labels, as :meth:`PerturbationMetrics.condition_index`."""
