@@ -183,7 +183,8 @@ def read_matrix(node: Any) -> Any:
     Parameters
     ----------
     node
-        A dense :class:`h5py.Dataset` or a sparse matrix :class:`h5py.Group`.
+        A matrix as :func:`matrix_shape` takes it: a dense :class:`h5py.Dataset` or a
+        sparse matrix :class:`h5py.Group`.
 
     Returns
     -------

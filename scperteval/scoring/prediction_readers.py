@@ -442,10 +442,8 @@ def refuse_repeated_columns(where: str, path: Path, separator: str) -> None:
 
     Parameters
     ----------
-    where
-        The prediction, for messages (``prediction 'm'``).
-    path
-        The file.
+    where, path
+        The prediction, for messages (``prediction 'm'``), and the file.
     separator
         Its separator.
 
