@@ -64,7 +64,7 @@ def is_annotated_data(value: Any) -> bool:
     Parameters
     ----------
     value
-        Any object.
+        Any object, such as what a dataset or a prediction is given.
 
     Returns
     -------

@@ -117,7 +117,7 @@ def read_dataframe(group: Any) -> pd.DataFrame:
     index_node = _child(group, index_key)
     if encoding(index_node) != "string-array":
         raise UnsupportedEncoding(f"{index_node.name}: an index that is not of strings")
-    index = _read_array(index_node, "string-array", ndim=1)
+    index = _read_array(index_node, "string-array")
     values = {name: _read_column(_child(group, name), len(index)) for name in columns}
     frame = pd.DataFrame(values, index=index, columns=columns or None)
     if index_key != "_index":
@@ -183,7 +183,8 @@ def read_matrix(node: Any) -> Any:
     Parameters
     ----------
     node
-        A dense :class:`h5py.Dataset` or a sparse matrix :class:`h5py.Group`.
+        A matrix as :func:`matrix_shape` takes it: a dense :class:`h5py.Dataset` or a
+        sparse matrix :class:`h5py.Group`.
 
     Returns
     -------
@@ -214,14 +215,14 @@ def _read_column(node: Any, length: int) -> Any:
     """One column of a table: a NumPy array, a Categorical or a pandas masked array."""
     kind = encoding(node)
     if kind in ("array", "string-array"):
-        values = _read_array(node, kind, ndim=1)
+        values = _read_array(node, kind)
     elif kind == "categorical":
-        codes = _read_array(_child(node, "codes"), "array", ndim=1)
+        codes = _read_array(_child(node, "codes"), "array")
         categories_node = _child(node, "categories")
         stored_as = encoding(categories_node)
         if stored_as not in ("array", "string-array"):
             raise UnsupportedEncoding(f"{categories_node.name}: categories as {stored_as}")
-        categories = _read_array(categories_node, stored_as, ndim=1)
+        categories = _read_array(categories_node, stored_as)
         ordered = node.attrs.get("ordered")
         if codes.dtype.kind not in "iu" or ordered is None:
             raise UnsupportedEncoding(f"{node.name}: malformed categorical")
@@ -235,10 +236,9 @@ def _read_column(node: Any, length: int) -> Any:
 
 def _read_nullable(node: Any, kind: str) -> Any:
     """A pandas masked array from its ``values`` and ``mask`` (True where missing)."""
-    mask = _read_array(_child(node, "mask"), "array", ndim=1)
-    values_node = _child(node, "values")
+    mask = _read_array(_child(node, "mask"), "array")
     expected = "string-array" if kind == "nullable-string-array" else "array"
-    values = _read_array(values_node, expected, ndim=1)
+    values = _read_array(_child(node, "values"), expected)
     wanted = {"nullable-integer": "iu", "nullable-boolean": "b"}.get(kind, "O")
     if mask.dtype.kind != "b" or values.dtype.kind not in wanted or mask.shape != values.shape:
         raise UnsupportedEncoding(f"{node.name}: malformed {kind}")
@@ -251,12 +251,12 @@ def _read_nullable(node: Any, kind: str) -> Any:
     return strings
 
 
-def _read_array(node: Any, kind: str, ndim: int) -> np.ndarray:
+def _read_array(node: Any, kind: str) -> np.ndarray:
     """The values of an ``array`` (numbers) or ``string-array`` (to Python ``str``)."""
     import h5py
 
-    if not isinstance(node, h5py.Dataset) or encoding(node) != kind or node.ndim != ndim:
-        raise UnsupportedEncoding(f"{node.name}: expected a {ndim}-D {kind}")
+    if not isinstance(node, h5py.Dataset) or encoding(node) != kind or node.ndim != 1:
+        raise UnsupportedEncoding(f"{node.name}: expected a 1-D {kind}")
     if kind == "string-array":
         if h5py.check_string_dtype(node.dtype) is None:
             raise UnsupportedEncoding(f"{node.name}: string-array of {node.dtype}")

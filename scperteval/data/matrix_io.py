@@ -158,10 +158,7 @@ def read_matrix_rows(matrix: Any, rows: np.ndarray, max_span: int) -> Any:
     if isinstance(matrix, DiskCSR) or is_h5py_dataset(matrix):
         return as_rows(read_rows(matrix, rows, max_span))
     contiguous = rows[-1] - rows[0] + 1 == rows.size
-    if contiguous:
-        block = matrix[int(rows[0]) : int(rows[-1]) + 1]
-    else:
-        block = matrix[rows]
+    block = matrix[int(rows[0]) : int(rows[-1]) + 1] if contiguous else matrix[rows]
     if hasattr(block, "to_memory"):
         block = block.to_memory()
     if is_dask(block):

@@ -115,21 +115,11 @@ def aggregate(
     ):
         values = part[column].to_numpy(dtype=np.float64)
         finite = values[np.isfinite(values)]
-        mean_low, mean_high = bootstrap_ci(finite, "mean", n_resamples, seed)
-        median_low, median_high = bootstrap_ci(finite, "median", n_resamples, seed)
-        rows.append(
-            {
-                "protocol": protocol,
-                "source": source,
-                "source_name": name,
-                "n": int(finite.size),
-                "n_missing": int(values.size - finite.size),
-                "mean": finite_aggregate(finite, "mean"),
-                "mean_ci_low": mean_low,
-                "mean_ci_high": mean_high,
-                "median": finite_aggregate(finite, "median"),
-                "median_ci_low": median_low,
-                "median_ci_high": median_high,
-            }
-        )
+        row = {"protocol": protocol, "source": source, "source_name": name, "n": int(finite.size)}
+        row["n_missing"] = int(values.size - finite.size)
+        for how in ("mean", "median"):
+            row[how] = finite_aggregate(finite, how)
+            interval = bootstrap_ci(finite, how, n_resamples, seed)
+            row[f"{how}_ci_low"], row[f"{how}_ci_high"] = interval
+        rows.append(row)
     return pd.DataFrame(rows)

@@ -135,17 +135,7 @@ def mean_ratio_table(
             # A perturbation whose baseline error is 0 (or missing) has no ratio.
             ratio = ratio[np.isfinite(ratio)]
             mean, low, high = error_ratio_interval(ratio, seed, resamples)
-            rows.append(
-                {
-                    "model": name,
-                    "kind": kind,
-                    "protocol": protocol,
-                    "n": int(ratio.size),
-                    "mean_ratio": mean,
-                    "ci_low": low,
-                    "ci_high": high,
-                    # Undecided (NA), not a loss, without a single finite ratio.
-                    "outperforms": bool(high < 1.0) if np.isfinite(high) else pd.NA,
-                }
-            )
+            # Undecided (NA), not a loss, without a single finite ratio.
+            outperforms = bool(high < 1.0) if np.isfinite(high) else pd.NA
+            rows.append((name, kind, protocol, int(ratio.size), mean, low, high, outperforms))
     return pd.DataFrame(rows, columns=list(CRITERION_COLUMNS))

@@ -296,16 +296,7 @@ def win_tie_loss(pairs: pd.DataFrame, entries: Sequence[str]) -> pd.DataFrame:
                 score_outcome = (
                     str(first["outcome"]) if first["entry"] == a else mirror[str(first["outcome"])]
                 )
-            rows.append(
-                {
-                    "entry": a,
-                    "other": b,
-                    "wins": outcomes.count("win"),
-                    "ties": outcomes.count("tie"),
-                    "losses": outcomes.count("loss"),
-                    "n_protocols": len(outcomes),
-                    "score_outcome": score_outcome,
-                }
-            )
+            counts = [outcomes.count(outcome) for outcome in ("win", "tie", "loss")]
+            rows.append((a, b, *counts, len(outcomes), score_outcome))
     columns = ["entry", "other", "wins", "ties", "losses", "n_protocols", "score_outcome"]
     return pd.DataFrame(rows, columns=columns)

@@ -264,11 +264,8 @@ def _from_frame(
             f"{where}: no perturbation labels: neither a column {key!r} nor an index of "
             "the truth's perturbation names" + _column_hint(frame, dataset)
         )
-    covariates = None
+    covariates = _covariates_from(frame, where, dataset, "")
     if covariate_key is not None:
-        if covariate_key not in frame.columns:
-            raise DatasetError(f"{where}: covariate column {covariate_key!r} not found")
-        covariates = frame[covariate_key].astype(str).to_numpy()
         label_columns.append(covariate_key)
     values = frame.drop(columns=label_columns)
     non_numeric = [c for c, t in values.dtypes.items() if not pd.api.types.is_numeric_dtype(t)]
@@ -371,11 +368,13 @@ def _column_hint(frame: pd.DataFrame, dataset: Dataset) -> str:
     )
 
 
-def _covariates_from(obs: pd.DataFrame, where: str, dataset: Dataset) -> np.ndarray | None:
+def _covariates_from(
+    obs: pd.DataFrame, where: str, dataset: Dataset, place: str = " in obs"
+) -> np.ndarray | None:
     if dataset.covariate_key is None:
         return None
     if dataset.covariate_key not in obs.columns:
-        raise DatasetError(f"{where}: covariate column {dataset.covariate_key!r} not found in obs")
+        raise DatasetError(f"{where}: covariate column {dataset.covariate_key!r} not found{place}")
     return np.asarray(obs[dataset.covariate_key].astype(str).to_numpy())
 
 
@@ -443,10 +442,8 @@ def refuse_repeated_columns(where: str, path: Path, separator: str) -> None:
 
     Parameters
     ----------
-    where
-        The prediction, for messages (``prediction 'm'``).
-    path
-        The file.
+    where, path
+        The prediction, for messages (``prediction 'm'``), and the file.
     separator
         Its separator.
 

@@ -400,12 +400,11 @@ def _align(
         else {}
     )
     _note_unused(where, index, dataset.control_label, notes, dataset.perturbations())
-    pseudobulk = bool(rows) and all(r.size == 1 for r in rows.values())
     return Prediction(
         name=name,
         matrix=matrix,
         rows=rows,
-        pseudobulk=pseudobulk,
+        pseudobulk=bool(rows) and all(r.size == 1 for r in rows.values()),
         missing=missing,
         delta=delta,
         description=table.description + (", changes from the control mean" if delta else ""),

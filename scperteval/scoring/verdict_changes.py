@@ -75,10 +75,7 @@ def verdict_changes(
     split = overall_verdicts(split_calibration, thresholds, min_perturbations)
     unsplit = overall_verdicts(unsplit_calibration, thresholds, min_perturbations)
     merged = split.merge(unsplit, on="protocol", how="left", suffixes=("_split", "_unsplit"))
-    columns = ["protocol"]
-    for column in COMPARED:
-        columns += [f"{column}_unsplit", f"{column}_split"]
-    merged = merged[columns]
+    merged = merged[["protocol", *(f"{c}_{s}" for c in COMPARED for s in ("unsplit", "split"))]]
     changed = merged["trusted_split"].astype(bool) != merged["trusted_unsplit"].astype(bool)
     return merged.assign(changed=changed.to_numpy())
 
