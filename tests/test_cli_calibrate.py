@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -128,3 +130,16 @@ def test_list_unknown_kind_is_a_usage_error(capsys):
         main(["list", "widgets"])
     assert info.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_plain_calibration_leaves_scipy_stats_unloaded(tmp_path):
+    # scipy.stats costs about half a second of imports; only scoring and splits need it.
+    code = (
+        "import sys\n"
+        "from scperteval.cli import main\n"
+        f"arguments = ['calibrate', '--example', '-p', 'default', '--out', {str(tmp_path)!r}]\n"
+        "assert main(arguments) == 0\n"
+        "print('scipy.stats' in sys.modules)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip().splitlines()[-1] == "False"

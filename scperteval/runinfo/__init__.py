@@ -5,6 +5,7 @@ The input's checksum is computed by :mod:`scperteval.runinfo.checksums`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -13,11 +14,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scperteval._version import __version__
 
-__all__ = ["Timer", "write_atomic", "write_run_json"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["Timer", "write_atomic", "write_run_json", "write_tables"]
 
 
 class Timer:
@@ -56,6 +60,22 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def write_tables(folder: Path, tables: Mapping[str, pd.DataFrame]) -> None:
+    """Write tables atomically into a folder, without their index.
+
+    Parameters
+    ----------
+    folder
+        The output folder.
+    tables
+        File name to table; a ``.parquet`` name is written as Parquet, any other as CSV.
+
+    """
+    for file, table in tables.items():
+        write = table.to_parquet if file.endswith(".parquet") else table.to_csv
+        write_atomic(folder / file, functools.partial(write, index=False))
 
 
 def write_run_json(path: Path, command: str, options: Mapping[str, Any], **extra: Any) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
@@ -14,10 +12,10 @@ import pandas as pd
 from scperteval.engine.calibrators import Thresholds
 from scperteval.engine.failures import failure_counts
 from scperteval.reporting import write_reports
-from scperteval.runinfo import write_atomic, write_run_json
+from scperteval.runinfo import write_run_json, write_tables
 from scperteval.scoring.derive import Derived
 
-__all__ = ["PROTOCOL_FILE", "RESULT_FILE", "RUN_FILE", "ScoreResult", "write_tables"]
+__all__ = ["PROTOCOL_FILE", "RESULT_FILE", "RUN_FILE", "ScoreResult"]
 
 PAIRS_FILE = "pairwise_tests.csv"
 WINS_FILE = "win_tie_loss.csv"
@@ -159,19 +157,3 @@ class ScoreResult:
         """A run's result from its derived tables (:func:`~scperteval.scoring.derive.derive`)."""
         tables = {f.name: getattr(derived, f.name) for f in fields(derived)}
         return cls(protocols=protocols, thresholds=thresholds, info=info, **tables)
-
-
-def write_tables(folder: Path, tables: Mapping[str, pd.DataFrame]) -> None:
-    """Write tables atomically into a folder, without their index.
-
-    Parameters
-    ----------
-    folder
-        The output folder.
-    tables
-        File name to table; a ``.parquet`` name is written as Parquet, any other as CSV.
-
-    """
-    for file, table in tables.items():
-        write = table.to_parquet if file.endswith(".parquet") else table.to_csv
-        write_atomic(folder / file, functools.partial(write, index=False))

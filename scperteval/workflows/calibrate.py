@@ -14,8 +14,7 @@ from scperteval.engine.engine import DEFAULT_SAMPLE_CELLS
 from scperteval.engine.failures import failure_counts, failure_lines
 from scperteval.engine.population_cap import DEFAULT_MAX_POPULATION_CELLS, NO_CAP
 from scperteval.outputs import staged_output
-from scperteval.runinfo import Timer, write_run_json
-from scperteval.scoring.result import write_tables
+from scperteval.runinfo import Timer, write_run_json, write_tables
 from scperteval.scoring.trust import MIN_PERTURBATIONS, apply_evidence
 from scperteval.scoring.verdict_changes import verdict_change_lines, verdict_changes
 from scperteval.splits.reading import read_split
