@@ -459,7 +459,7 @@ def test_a_file_opened_backed_has_the_annotations_and_leaves_the_matrices_on_dis
 def test_auto_leaves_a_file_larger_than_a_third_of_memory_on_disk(tmp_path, monkeypatch):
     path = _write(tmp_path / "tiny.h5ad", ad.AnnData(X=np.ones((3, 2))))
     size = path.stat().st_size
-    monkeypatch.setattr("scperteval.data.memory.available_memory", lambda: 3.0 * size - 3)
+    monkeypatch.setattr("scperteval.data.h5ad.available_memory", lambda: 3.0 * size - 3)
     assert open_h5ad(path, backed="auto").isbacked
-    monkeypatch.setattr("scperteval.data.memory.available_memory", lambda: 3.0 * size)
+    monkeypatch.setattr("scperteval.data.h5ad.available_memory", lambda: 3.0 * size)
     assert not open_h5ad(path, backed="auto").isbacked

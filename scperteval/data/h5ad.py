@@ -6,7 +6,8 @@ file's cell and gene annotations (``obs``, ``var``) and one expression matrix,
 so :func:`open_h5ad` reads those with h5py (decoders in
 :mod:`scperteval.data.h5ad_elements`) into a :class:`StoredAnnData`, in memory
 or with the matrices left on disk. What it does not decode is read by anndata,
-so the result never differs from anndata's.
+so the result never differs from anndata's. Whether a file is read into memory
+or left on disk, :func:`reads_into_memory` decides from its size.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from scperteval.data.h5ad_elements import (
     read_dataframe,
     read_matrix,
 )
-from scperteval.data.memory import reads_into_memory
 from scperteval.data.stored import StoredAnnData, StoredLayers, anndata_read_elem
 
 __all__ = [
@@ -73,6 +73,38 @@ def is_annotated_data(value: Any) -> bool:
 
     """
     return isinstance(value, StoredAnnData) or is_anndata(value)
+
+
+def available_memory() -> float:
+    """Memory available to this process now, in bytes."""
+    try:
+        import psutil
+
+        return float(psutil.virtual_memory().available)
+    except ImportError:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+def reads_into_memory(file_bytes: int, backed: bool | str) -> bool:
+    """Whether a file of ``file_bytes`` is read into memory under the option ``backed``.
+
+    Parameters
+    ----------
+    file_bytes
+        The file's size.
+    backed
+        ``True``: left on disk; ``False``: read; ``"auto"``: left on disk when it
+        is over a third of the available memory.
+
+    Returns
+    -------
+    bool
+        Whether the file is read.
+
+    """
+    if backed == "auto":
+        return file_bytes <= available_memory() / 3
+    return not backed
 
 
 def open_h5ad(path: str | os.PathLike[str], backed: bool | str = False) -> Any:
