@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import scperteval
-from scperteval.data.pooling import pooled_columns
+from scperteval.data.load import pooled_columns
 from scperteval.errors import DatasetError
 from scperteval.simulation import simulate
 
