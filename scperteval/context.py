@@ -158,16 +158,18 @@ class Context:
         return self._memo.get(("condition_stats", half), lambda: self._condition_stats(half))
 
     def _condition_stats(self, half: str) -> GroupStats:
+        n_conditions = self.layout.n_conditions
+        if half != "all":
+            # Group 2k is condition k's truth half, group 2k + 1 its duplicate.
+            return self.group_stats.select(slice(int(half == "duplicate"), 2 * n_conditions, 2))
+        return self._merge_halves(np.arange(n_conditions), n_conditions)
+
+    def _merge_halves(self, rows: np.ndarray, n_rows: int) -> GroupStats:
+        """Both halves of every condition ``k`` merged into row ``rows[k]``; controls left out."""
         layout = self.layout
-        n_conditions = layout.n_conditions
-        stats = self.group_stats
-        if half == "truth":
-            return stats.select(slice(0, 2 * n_conditions, 2))
-        if half == "duplicate":
-            return stats.select(slice(1, 2 * n_conditions, 2))
         labels = np.full(layout.n_groups, -1, dtype=np.int64)
-        labels[: 2 * n_conditions] = np.repeat(np.arange(n_conditions), 2)
-        return merge_groups(stats, labels, n_conditions, self.threads)
+        labels[: 2 * layout.n_conditions] = np.repeat(rows, 2)
+        return merge_groups(self.group_stats, labels, n_rows, self.threads)
 
     def control_stats(self) -> GroupStats:
         """Statistics of the control cells, one row per covariate group."""
@@ -176,13 +178,11 @@ class Context:
 
     def perturbed_stats(self) -> GroupStats:
         """Statistics of all evaluated perturbed cells, one row per covariate group."""
-        return self._memo.get("perturbed_stats", self._perturbed_stats)
-
-    def _perturbed_stats(self) -> GroupStats:
         layout = self.layout
-        labels = np.full(layout.n_groups, -1, dtype=np.int64)
-        labels[: 2 * layout.n_conditions] = np.repeat(layout.condition_covariate, 2)
-        return merge_groups(self.group_stats, labels, len(layout.covariates), self.threads)
+        return self._memo.get(
+            "perturbed_stats",
+            lambda: self._merge_halves(layout.condition_covariate, len(layout.covariates)),
+        )
 
     def rest_stats(self) -> GroupStats:
         """Per condition, all other perturbed cells of its covariate group (leave-one-out)."""
