@@ -250,17 +250,16 @@ class Dataset:
         For a backed dataset, a :class:`~scperteval.data.ondisk.DiskCSR` or an
         :class:`h5py.Dataset` that reads row ranges from the file.
         """
-        if self._disk_matrix is not None:
-            return self._disk_matrix
-        stored = self.adata.layers[self.layer] if self.layer is not None else self.adata.X
-        if not self.is_backed:
-            if getattr(stored, "dtype", None) == np.float16:
+        if self._disk_matrix is None:
+            stored = self.adata.layers[self.layer] if self.layer is not None else self.adata.X
+            if self.is_backed:
+                where = f"{self.source}: " + (f"layer {self.layer!r}" if self.layer else "X")
+                self._disk_matrix = on_disk(stored, where)
+            elif getattr(stored, "dtype", None) == np.float16:
                 # Half precision has no compiled kernels; float32 holds every such value exactly.
                 self._disk_matrix = stored.astype(np.float32)
-                return self._disk_matrix
-            return stored
-        where = f"{self.source}: " + (f"layer {self.layer!r}" if self.layer else "X")
-        self._disk_matrix = on_disk(stored, where)
+            else:
+                return stored
         return self._disk_matrix
 
     def chunk_slices(self, chunk_cells: int | None = None) -> list[slice]:

@@ -128,11 +128,9 @@ class GroupLayout:
             codes[truth] = 2 * k
             codes[duplicate] = 2 * k + 1
         controls = dataset.perturbation_labels == dataset.control_label
-        for name, c in covariate_index.items():
-            if name in covariate_code:
-                codes[controls & (covariate_codes == covariate_code[name])] = (
-                    2 * len(conditions) + c
-                )
+        # Every covariate group holds cells: the covariates are the labels present.
+        for c, name in enumerate(covariates):
+            codes[controls & (covariate_codes == covariate_code[name])] = 2 * len(conditions) + c
         condition_covariate = np.array(
             [covariate_index[c.covariate] for c in conditions], dtype=np.int64
         )

@@ -176,7 +176,7 @@ def pooled_columns(dataset: Any) -> list[PooledColumn]:
         if column in skipped or pd.api.types.is_float_dtype(values):
             continue
         kept = values.iloc[dataset.cell_index].astype(str).to_numpy()
-        if len(set(kept.tolist())) < 2 or len(set(kept.tolist())) > MAX_GROUPS:
+        if not 2 <= len(set(kept.tolist())) <= MAX_GROUPS:
             continue
         pooled = _pooled_in_groups(kept, labels, covariates, is_control, dataset.min_cells)
         if pooled is not None:

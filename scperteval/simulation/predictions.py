@@ -133,9 +133,9 @@ def simulate_predictions(
     seed = _check_int("seed", seed, 0)
     if cells_per_perturbation is not None:
         cells_per_perturbation = _check_int("cells_per_perturbation", cells_per_perturbation, 1)
-    keys = _resolve_keys(adata, perturbation_key, covariate_key, control_label)
-    pert_key, cov_key = keys["perturbation_key"], keys["covariate_key"]
-    control = keys["control_label"]
+    pert_key, cov_key, control = _resolve_keys(
+        adata, perturbation_key, covariate_key, control_label
+    )
     has_covariate = cov_key in adata.obs.columns
     if not has_covariate and covariate_key is not None:
         raise DatasetError(f"covariate column {cov_key!r} not in adata.obs")
@@ -411,17 +411,17 @@ def _resolve_keys(
     perturbation_key: str | None,
     covariate_key: str | None,
     control_label: str | None,
-) -> dict[str, str]:
+) -> tuple[str, ...]:
     """Explicit arguments first, then the simulation's parameters, then defaults."""
     recorded: Mapping[str, Any] = {}
     simulation = adata.uns.get("simulation")
     if isinstance(simulation, Mapping) and isinstance(simulation.get("parameters"), Mapping):
         recorded = simulation["parameters"]
     explicit = (perturbation_key, covariate_key, control_label)
-    return {
-        name: str(value if value is not None else recorded.get(name, default))
+    return tuple(
+        str(value if value is not None else recorded.get(name, default))
         for value, (name, default) in zip(explicit, _DEFAULT_KEYS.items(), strict=True)
-    }
+    )
 
 
 def _ordered_labels(column: pd.Series) -> list[str]:
