@@ -9,7 +9,6 @@ asked for, so that a file with many layers costs the memory of the one used.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from scperteval._memo import Memo
 from scperteval.data.h5ad_elements import UnsupportedEncoding, read_matrix
 from scperteval.errors import DatasetError
 
@@ -44,24 +44,18 @@ class StoredLayers(Mapping[str, Any]):
         self._path = Path(path)
         self._names = tuple(names)
         self._shape = shape
-        self._read: dict[str, Any] = {}
         # Worker threads asking for a layer at once read it once.
-        self._lock = threading.Lock()
+        self._read = Memo()
 
     @property
     def loaded(self) -> tuple[str, ...]:
         """Names of the layers read from the file so far."""
-        return tuple(self._read)
+        return tuple(name for name in self._names if name in self._read)
 
     def __getitem__(self, name: str) -> Any:
-        if name in self._read:
-            return self._read[name]
         if name not in self._names:
             raise KeyError(name)
-        with self._lock:
-            if name not in self._read:
-                self._read[name] = self._read_layer(name)
-        return self._read[name]
+        return self._read.get(name, lambda: self._read_layer(name))
 
     def _read_layer(self, name: str) -> Any:
         import h5py
@@ -77,16 +71,6 @@ class StoredLayers(Mapping[str, Any]):
             raise DatasetError(f"{where} has shape {matrix.shape}, not {self._shape}")
         return matrix
 
-    def __getstate__(self) -> dict[str, Any]:
-        # A lock belongs to one process; the copy makes its own.
-        state = self.__dict__.copy()
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
     def __contains__(self, name: object) -> bool:
         # Mapping's default would read the layer to answer.
         return name in self._names
@@ -98,7 +82,7 @@ class StoredLayers(Mapping[str, Any]):
         return len(self._names)
 
     def __repr__(self) -> str:
-        return f"StoredLayers({list(self._names)}, loaded={list(self._read)})"
+        return f"StoredLayers({list(self._names)}, loaded={list(self.loaded)})"
 
 
 @dataclass(frozen=True, eq=False, repr=False)
