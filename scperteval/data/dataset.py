@@ -558,9 +558,5 @@ def _scan(values: np.ndarray, threads: Threads | None = None) -> tuple[int, floa
     parts = threads.run_ranges(lambda start, stop: scan_values(values[start:stop]), bounds)
     if not parts:
         return 0, math.inf, -math.inf, True
-    return (
-        sum(int(part[0]) for part in parts),
-        min(float(part[1]) for part in parts),
-        max(float(part[2]) for part in parts),
-        all(bool(part[3]) for part in parts),
-    )
+    n, low, high, whole = zip(*parts, strict=True)
+    return sum(map(int, n)), min(map(float, low)), max(map(float, high)), all(map(bool, whole))

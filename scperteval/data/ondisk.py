@@ -148,8 +148,6 @@ def read_rows(matrix: Any, rows: np.ndarray, max_span: int) -> Any:
 
 def _runs(rows: np.ndarray, max_span: int) -> list[np.ndarray]:
     """Split ascending rows where a gap exceeds ``GAP_ROWS`` or a run would exceed ``max_span``."""
-    if rows.size == 0:
-        return []
     breaks = np.flatnonzero(np.diff(rows) > GAP_ROWS + 1) + 1
     runs: list[np.ndarray] = []
     for run in np.split(rows, breaks):
