@@ -12,10 +12,9 @@ __all__ = ["progress_bar", "cell_progress"]
 class _Silent:
     """Stands in for a bar when none is shown (no tqdm import, no widget warnings)."""
 
-    def __init__(self, total: int, unit: str) -> None:
+    def __init__(self, total: int) -> None:
         self.total = total
         self.n = 0
-        self.unit = unit
 
     def update(self, count: int = 1) -> None:
         self.n += count
@@ -49,7 +48,7 @@ def progress_bar(
     """
     show = sys.stderr.isatty() if enabled is None else enabled
     if not show:
-        return _Silent(total, unit)
+        return _Silent(total)
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=description, unit=unit, leave=False, file=sys.stderr)
