@@ -378,14 +378,14 @@ class Dataset:
         for column, accepted in subset.items():
             self._require_column("subset", column)
             values = self.adata.obs[column].astype(str)
-            wanted = [accepted] if isinstance(accepted, (str, int, float)) else list(accepted)
-            wanted = [str(v) for v in wanted]
-            missing = sorted(set(wanted) - set(values.unique()))
+            present = sorted(values.unique())
+            one = isinstance(accepted, (str, int, float))
+            wanted = [str(v) for v in ([accepted] if one else accepted)]
+            missing = sorted(set(wanted) - set(present))
             if missing:
                 raise self._fail(
-                    f"subset value(s) {unmatched_listing(missing, sorted(values.unique()))} "
-                    f"not found in column {column!r}; "
-                    f"available: {listing(sorted(values.unique()))}"
+                    f"subset value(s) {unmatched_listing(missing, present)} "
+                    f"not found in column {column!r}; available: {listing(present)}"
                 )
             keep &= values.isin(wanted).to_numpy()
         return np.flatnonzero(keep)
