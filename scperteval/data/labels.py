@@ -40,7 +40,7 @@ def check_reading_options(
             f"the covariate column and the perturbation column are both {covariate_key!r}; "
             "the covariate is another column (cell line, cell type), or none"
         )
-    if isinstance(min_cells, bool) or not isinstance(min_cells, numbers.Integral):
+    if not _whole(min_cells):
         raise DatasetError(f"min_cells must be a whole number, got {min_cells!r}")
     if subset is not None and not isinstance(subset, Mapping):
         raise DatasetError(
@@ -49,12 +49,13 @@ def check_reading_options(
         )
     if backed not in (True, False, "auto"):
         raise DatasetError(f"backed must be True, False or 'auto', got {backed!r}")
-    if chunk_cells is not None and (
-        isinstance(chunk_cells, bool)
-        or not isinstance(chunk_cells, numbers.Integral)
-        or chunk_cells < 1
-    ):
+    if chunk_cells is not None and not (_whole(chunk_cells) and chunk_cells >= 1):
         raise DatasetError(f"chunk_cells must be a whole number of at least 1, got {chunk_cells!r}")
+
+
+def _whole(value: Any) -> bool:
+    """Whether ``value`` is an integer (``True`` and ``False`` are not counts)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 #: Fragments of labels that other tools and screens use for control cells.
