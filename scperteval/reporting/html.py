@@ -204,9 +204,8 @@ def _verdicts_section(result: Any) -> str:
 
 
 def _versus_section(result: Any) -> str:
-    wins = result.wins
     pairs = result.pairs
-    if wins is None or wins.empty:
+    if result.wins is None or result.wins.empty:
         return "<p>No pair of entries was compared.</p>"
     shown, record = wins_by_pair(result)
     header = [("entry \\ other", "text")] + [(m, "") for m in shown]

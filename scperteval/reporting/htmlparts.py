@@ -52,7 +52,7 @@ def table(
         The table, in a ``<div class="scroll">``.
 
     """
-    attr = (f' id="{table_id}"' if table_id else "") + (f' class="{klass}"' if klass else "")
+    attr = (f' id="{table_id}"' if table_id else "") + _class(klass)
     body = "\n".join(row(cells, row_class=klass) for cells, klass in rows)
     return (
         f'<div class="scroll"><table{attr}>\n<thead>{row(header, "th")}{extra_header}</thead>\n'
