@@ -97,8 +97,6 @@ def check_folder_owner(out: str | os.PathLike[str], command: str, overwrite: boo
     if overwrite or not path.is_dir():
         return
     entries = sorted(e.name for e in path.iterdir() if not e.name.startswith("."))
-    if not entries:
-        return
     recorded = _recorded_command(path)
     if recorded is None:
         foreign = entries
