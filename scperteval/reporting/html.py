@@ -192,9 +192,8 @@ def _verdicts_section(result: Any) -> str:
         f"<p><strong>{escape(label)}:</strong> {escape(names)}</p>",
     ]
     if board.verdicts:
-        parts.append(
-            f"<ul>{htmlparts.named_items(board.verdicts.items(), marked=board.excluded)}</ul>"
-        )
+        items = htmlparts.named_items(board.verdicts.items(), marked=board.excluded)
+        parts.append(f"<ul>{items}</ul>")
     elif board.excluded:
         items = htmlparts.named_items(board.excluded.items())
         parts.append(
