@@ -70,7 +70,7 @@ def check_output_folder(out: str | os.PathLike[str]) -> Path:
 
 #: Commands whose runs may replace one another in one folder (a report of a score
 #: run is written beside it; the demo is a score run).
-_KINDRED_COMMANDS = (frozenset({"score", "report", "demo"}),)
+_KINDRED_COMMANDS = frozenset({"score", "report", "demo"})
 
 
 def check_folder_owner(out: str | os.PathLike[str], command: str, overwrite: bool = False) -> None:
@@ -97,13 +97,11 @@ def check_folder_owner(out: str | os.PathLike[str], command: str, overwrite: boo
     if overwrite or not path.is_dir():
         return
     entries = sorted(e.name for e in path.iterdir() if not e.name.startswith("."))
-    if not entries:
-        return
     recorded = _recorded_command(path)
     if recorded is None:
         foreign = entries
     else:
-        if recorded != command and not any({recorded, command} <= g for g in _KINDRED_COMMANDS):
+        if recorded != command and not {recorded, command} <= _KINDRED_COMMANDS:
             raise SpecError(
                 f"output folder {path} holds the output of 'scperteval {recorded}', which "
                 f"'scperteval {command}' would replace; choose another --out, or pass "

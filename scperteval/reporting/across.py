@@ -18,7 +18,7 @@ import numpy as np
 from scperteval.reporting.formatting import MISSING, created_now, significant, write_file
 from scperteval.reporting.htmlparts import html_page, list_items, png_source, row
 from scperteval.reporting.tables import latex_escape, latex_lines, markdown_escape, markdown_lines
-from scperteval.runinfo import write_atomic
+from scperteval.runinfo import write_tables
 
 __all__ = ["write_across", "across_heatmap", "ACROSS_FILES"]
 
@@ -44,11 +44,9 @@ def _cell(summary: Any, model: str, dataset: str) -> str:
     if row.empty or not np.isfinite(float(row["score"].iloc[0])):
         return MISSING
     first = row.iloc[0]
-    text = f"{significant(first['score'])} [{significant(first['ci_low'])}, "
-    text += f"{significant(first['ci_high'])}]"
-    if str(first["listing"]) != "ranked":
-        text += " (apart)"
-    return text
+    low, high = significant(first["ci_low"]), significant(first["ci_high"])
+    apart = "" if str(first["listing"]) == "ranked" else " (apart)"
+    return f"{significant(first['score'])} [{low}, {high}]{apart}"
 
 
 def _rows(summary: Any) -> tuple[list[str], list[list[str]]]:
@@ -143,8 +141,7 @@ def write_across(summary: Any, folder: str | Path, figures: bool = True) -> None
 
     folder = Path(folder)
     created = created_now()
-    write_atomic(folder / "datasets.csv", lambda p: summary.table.to_csv(p, index=False))
-    write_atomic(folder / "datasets_long.csv", lambda p: summary.long.to_csv(p, index=False))
+    write_tables(folder, {"datasets.csv": summary.table, "datasets_long.csv": summary.long})
     write_file(folder / "datasets.md", across_markdown(summary))
     write_file(folder / "datasets.tex", across_latex(summary))
     png = None

@@ -192,9 +192,8 @@ def _verdicts_section(result: Any) -> str:
         f"<p><strong>{escape(label)}:</strong> {escape(names)}</p>",
     ]
     if board.verdicts:
-        parts.append(
-            f"<ul>{htmlparts.named_items(board.verdicts.items(), marked=board.excluded)}</ul>"
-        )
+        items = htmlparts.named_items(board.verdicts.items(), marked=board.excluded)
+        parts.append(f"<ul>{items}</ul>")
     elif board.excluded:
         items = htmlparts.named_items(board.excluded.items())
         parts.append(
@@ -204,9 +203,8 @@ def _verdicts_section(result: Any) -> str:
 
 
 def _versus_section(result: Any) -> str:
-    wins = result.wins
     pairs = result.pairs
-    if wins is None or wins.empty:
+    if result.wins is None or result.wins.empty:
         return "<p>No pair of entries was compared.</p>"
     shown, record = wins_by_pair(result)
     header = [("entry \\ other", "text")] + [(m, "") for m in shown]

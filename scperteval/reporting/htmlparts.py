@@ -52,7 +52,7 @@ def table(
         The table, in a ``<div class="scroll">``.
 
     """
-    attr = (f' id="{table_id}"' if table_id else "") + (f' class="{klass}"' if klass else "")
+    attr = (f' id="{table_id}"' if table_id else "") + _class(klass)
     body = "\n".join(row(cells, row_class=klass) for cells, klass in rows)
     return (
         f'<div class="scroll"><table{attr}>\n<thead>{row(header, "th")}{extra_header}</thead>\n'
@@ -87,17 +87,16 @@ def frame_table(
 
     """
     columns = [str(c) for c in frame.columns]
-    text_columns = {c for c in columns if c not in formats}
-    header = [(c, "text" if c in text_columns else "") for c in columns]
+    header = [(c, "" if c in formats else "text") for c in columns]
     rows = []
     for record in frame.to_dict("records"):
         cells = []
         for column in columns:
             value = record[column]
-            if column in text_columns:
-                text, klass = ("" if is_missing(value) else str(value)), "text"
-            else:
+            if column in formats:
                 text, klass = number(value, formats[column]), ""
+            else:
+                text, klass = ("" if is_missing(value) else str(value)), "text"
             extra = cell_class(column, value)
             cells.append((text, f"{klass} {extra}".strip()))
         rows.append((cells, row_class(record)))

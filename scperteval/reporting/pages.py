@@ -119,10 +119,8 @@ def per_perturbation_figures(result: Any) -> dict[str, Figure]:
 
     """
     board = result.leaderboard
-    if result.results.empty or board.table.empty:
-        return {}
     protocols = list(board.trusted) if board.calibrated else list(board.protocols)
-    if not protocols:
+    if result.results.empty or board.table.empty or not protocols:
         return {}
     entries = _entries(result)
     value = "calibrated" if board.calibrated else "value"

@@ -25,22 +25,13 @@ __all__ = ["markdown_report", "latex_table", "markdown_escape", "latex_escape"]
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*\[\]|]|<(?=[A-Za-z/!?]))")
 # An underscore only starts emphasis next to a non-alphanumeric character.
 _MARKDOWN_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+# Characters LaTeX reads as markup, for ``str.translate``.
 _LATEX_SPECIAL = MappingProxyType(
-    {
-        "\\": r"\textbackslash{}",
-        "&": r"\&",
-        "%": r"\%",
-        "$": r"\$",
-        "#": r"\#",
-        "_": r"\_",
-        "{": r"\{",
-        "}": r"\}",
-        "~": r"\textasciitilde{}",
-        "^": r"\textasciicircum{}",
-        "<": r"\textless{}",
-        ">": r"\textgreater{}",
-        "|": r"\textbar{}",
-    }
+    str.maketrans(
+        {char: "\\" + char for char in "&%$#_{}"}
+        | {"\\": r"\textbackslash{}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+        | {"<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}"}
+    )
 )
 
 
@@ -77,7 +68,7 @@ def latex_escape(text: str) -> str:
         Text safe in a LaTeX document body.
 
     """
-    return "".join(_LATEX_SPECIAL.get(char, char) for char in text)
+    return text.translate(_LATEX_SPECIAL)
 
 
 def _board_cells(
@@ -141,8 +132,7 @@ def markdown_report(result: Any, created: str) -> str:
 
     """
     board = result.leaderboard
-    lines = ["# scperteval leaderboard", ""]
-    lines += [markdown_escape(score_caption(board)), ""]
+    lines = ["# scperteval leaderboard", "", markdown_escape(score_caption(board)), ""]
     lines += _markdown_rows(board, list(board.headline.columns), set())
     lines += [
         "",
@@ -152,8 +142,7 @@ def markdown_report(result: Any, created: str) -> str:
         lines += [""] + [f"- {markdown_escape(note)}" for note in board.notes]
     flagged = [(n, f) for n, flags in board.flags.items() for f in flags]
     if flagged:
-        lines += ["", "Flags on predictions:", ""]
-        lines += _named_items(flagged)
+        lines += ["", "Flags on predictions:", "", *_named_items(flagged)]
     lines += ["", "## Per-protocol scores", ""]
     if board.excluded:
         lines += [f"{DAGGER}: excluded from the score (not trusted on this dataset).", ""]
@@ -169,14 +158,12 @@ def markdown_report(result: Any, created: str) -> str:
         lines += ["## Verdict of each protocol", "", markdown_escape(TRUST_TERMS), ""]
         lines += _named_items(board.verdicts.items())
     elif board.excluded:
-        lines += ["Excluded protocols:", ""]
-        lines += _named_items(board.excluded.items())
+        lines += ["Excluded protocols:", "", *_named_items(board.excluded.items())]
     else:
         lines.append("Excluded protocols: none.")
     notes = model_notes(result)
     if notes:
-        lines += ["", "## Models", ""]
-        lines += _named_items(notes)
+        lines += ["", "## Models", "", *_named_items(notes)]
     lines += ["", "## Run", ""]
     lines += [f"- {label}: {markdown_escape(value)}" for label, value in run_items(result, created)]
     return "\n".join(lines) + "\n"

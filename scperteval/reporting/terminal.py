@@ -61,13 +61,11 @@ def verdict_lines(verdicts: dict[str, str], trusted: list[str]) -> list[str]:
         (none when all are trusted), then ``N of M protocols trusted``.
 
     """
-    chosen = set(trusted)
-    untrusted = [protocol for protocol in verdicts if protocol not in chosen]
+    untrusted = [protocol for protocol in verdicts if protocol not in trusted]
     lines = [TRUST_TERMS, *(f"  {p}: {verdicts[p]}" for p in untrusted)] if untrusted else []
-    n_trusted = len(verdicts) - len(untrusted)
     lines.append(
-        f"{n_trusted} of {len(verdicts)} protocols trusted (every verdict with its "
-        "evidence: report.html)"
+        f"{len(verdicts) - len(untrusted)} of {len(verdicts)} protocols trusted (every verdict "
+        "with its evidence: report.html)"
     )
     return lines
 
