@@ -19,9 +19,8 @@ from scperteval.torch_backend.training.evaluate import (
     missing_reasons,
     protocol_result,
 )
-from scperteval.torch_backend.training.explicit import plan_from_arrays
 from scperteval.torch_backend.training.labels import ConditionLabels
-from scperteval.torch_backend.training.plan import Plan, plan_from_engine
+from scperteval.torch_backend.training.plan import Plan, plan_from_arrays, plan_from_engine
 from scperteval.torch_backend.training.result import ProtocolResult
 
 __all__ = ["PerturbationMetrics"]
