@@ -1,4 +1,4 @@
-"""What ``compute`` does with the epoch's centroids: the protocols' values and reasons."""
+"""What ``compute`` does with the epoch's centroids: the protocols' values, reasons and results."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import torch
 from scperteval.scoring.headline import finite_aggregate
 from scperteval.torch_backend.training.kernels import CENTROID_KERNELS
 from scperteval.torch_backend.training.plan import CentroidTask, DatasetTask, Plan
-from scperteval.torch_backend.training.result import ProtocolResult
 
 __all__ = [
     "UNDEFINED",
+    "ProtocolResult",
     "centroid_values",
     "dataset_values",
     "device_tensors",
@@ -25,6 +25,72 @@ __all__ = [
 ]
 
 UNDEFINED = "metric undefined on these inputs"
+
+
+class ProtocolResult:
+    """A protocol's per-perturbation values, their reasons and their aggregate.
+
+    A plain object on purpose: torchmetrics rebuilds dataclasses and tuples found in a
+    ``compute()`` result, and leaves other objects as they are.
+
+    Attributes
+    ----------
+    protocol
+        The protocol's name.
+    values
+        Per perturbation (indexed by ``perturbation``, or ``(covariate,
+        perturbation)`` when the data has a covariate column), the value; NaN where
+        undefined.
+    reasons
+        Aligned with ``values``: why a value is NaN (``""`` where it is not).
+    aggregate
+        The ``median`` (or ``mean``) of the finite values; NaN when none is.
+    calibrated
+        The calibrated values against the protocol's positive and negative controls
+        (truth-half metrics only), else ``None``.
+    calibrated_aggregate
+        Their aggregate (NaN when none is finite), or ``None``.
+    better
+        ``higher`` or ``lower``.
+
+    """
+
+    def __init__(
+        self,
+        protocol: str,
+        values: pd.Series,
+        reasons: pd.Series,
+        aggregate: float,
+        better: str,
+        calibrated: pd.Series | None = None,
+        calibrated_aggregate: float | None = None,
+    ) -> None:
+        self.protocol = protocol
+        self.values = values
+        self.reasons = reasons
+        self.aggregate = aggregate
+        self.better = better
+        self.calibrated = calibrated
+        self.calibrated_aggregate = calibrated_aggregate
+
+    @property
+    def n_defined(self) -> int:
+        """Number of perturbations with a finite value."""
+        return int(np.isfinite(self.values.to_numpy(dtype=np.float64)).sum())
+
+    def __float__(self) -> float:
+        return float(self.aggregate)
+
+    def __repr__(self) -> str:
+        extra = (
+            ""
+            if self.calibrated_aggregate is None
+            else f", calibrated={self.calibrated_aggregate:.4g}"
+        )
+        return (
+            f"ProtocolResult({self.protocol!r}, aggregate={self.aggregate:.4g}{extra}, "
+            f"defined={self.n_defined}/{len(self.values)})"
+        )
 
 
 def device_tensors(plan: Plan, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from torchmetrics import Metric
 from scperteval.data.labels import unmatched_listing
 from scperteval.errors import SpecError
 from scperteval.torch_backend.training.evaluate import (
+    ProtocolResult,
     centroid_values,
     dataset_values,
     device_tensors,
@@ -22,7 +23,6 @@ from scperteval.torch_backend.training.evaluate import (
     protocol_result,
 )
 from scperteval.torch_backend.training.plan import Plan, plan_from_arrays, plan_from_engine
-from scperteval.torch_backend.training.result import ProtocolResult
 from scperteval.torch_backend.weights import _ConditionIndex
 
 __all__ = ["PerturbationMetrics"]
