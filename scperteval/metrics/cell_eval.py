@@ -24,14 +24,13 @@ return the same value for every row, as cell-eval repeats a dataset-level value.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from scperteval.metrics._registry import METRICS
-from scperteval.metrics.common import DegenerateInput
+from scperteval.metrics.common import METRICS, Decorator, DegenerateInput
 from scperteval.metrics.metric_context import DatasetContext, PerturbationContext
 from scperteval.stats.ranking import ranking_keys
 
@@ -147,9 +146,7 @@ def check_options(k: int | None = None, alpha: float = 0.05, side: str = "pred")
         raise ValueError(f"side must be 'real' or 'pred', got {side!r}")
 
 
-def _register(
-    name: str, description: str, **meta: Any
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _register(name: str, description: str, **meta: Any) -> Decorator:
     """Register a cell-eval metric with the defaults below; a None in ``meta`` drops a key."""
     defaults = {"representation": "control_de", "scope": "perturbation", "better": "higher"}
     meta = {**defaults, "perfect": 1.0, "check": check_options, **meta}

@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from scperteval.metrics._registry import Decorator, register_metric
-from scperteval.metrics.common import as_vector_pair
+from scperteval.metrics.common import Decorator, as_vector_pair, register_metric
 from scperteval.metrics.metric_context import PerturbationContext
 
 __all__ = [

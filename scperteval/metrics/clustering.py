@@ -49,8 +49,7 @@ import numpy.typing as npt
 from scipy import sparse
 
 from scperteval.errors import MissingExtraError
-from scperteval.metrics._registry import METRICS
-from scperteval.metrics.common import DegenerateInput, _positive_number, as_matrix
+from scperteval.metrics.common import METRICS, DegenerateInput, _positive_number, as_matrix
 from scperteval.metrics.metric_context import DatasetContext
 
 __all__ = [

@@ -23,8 +23,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from scperteval.metrics._registry import Decorator, register_metric
-from scperteval.metrics.common import DegenerateInput
+from scperteval.metrics.common import Decorator, DegenerateInput, register_metric
 from scperteval.metrics.metric_context import PerturbationContext
 from scperteval.stats.ranking import ranking_keys
 
