@@ -12,7 +12,7 @@ import torch
 
 from scperteval.scoring.headline import finite_aggregate
 from scperteval.torch_backend.training.kernels import CENTROID_KERNELS
-from scperteval.torch_backend.training.plan import CentroidTask, DatasetTask, Plan
+from scperteval.torch_backend.training.plan import CentroidTask, DatasetTask, Plan, centred_view
 
 __all__ = [
     "UNDEFINED",
@@ -172,6 +172,7 @@ def dataset_values(
     values = np.full(n, np.nan)
     reasons = [""] * n
     reference = plan.reference(task.protocol.centering)
+    offsets: list[np.ndarray | None] = [None] * n if reference is None else list(reference)
     for group in task.groups:
         rows = [int(k) for k in group.conditions]
         absent = [plan.perturbations[k] for k in rows if missing[k]]
@@ -184,15 +185,7 @@ def dataset_values(
             assert group.space is not None and group.truth is not None
             space = group.space
             try:
-                candidate = np.vstack(
-                    [
-                        space.vector(
-                            means[k] if reference is None else means[k] - reference[k],
-                            is_delta=reference is not None,
-                        )
-                        for k in rows
-                    ]
-                )
+                candidate = np.vstack([centred_view(space, means[k], offsets[k]) for k in rows])
                 values[rows] = np.asarray(
                     task.protocol.metric(group.truth, candidate, group.context), dtype=np.float64
                 )

@@ -178,12 +178,17 @@ def _centroid_task(engine: Engine, protocol: Protocol, n_genes: int) -> Centroid
     return CentroidTask(protocol, None if full else mask, selected, projections, weights, reasons)
 
 
+def centred_view(space: FeatureMap, vector: np.ndarray, reference: np.ndarray | None) -> np.ndarray:
+    """``vector`` less its ``reference`` (none: as it is), in ``space``."""
+    if reference is None:
+        return space.vector(vector, is_delta=False)
+    return space.vector(vector - reference, is_delta=True)
+
+
 def _truth_view(engine: Engine, protocol: Protocol, space: FeatureMap, k: int) -> np.ndarray:
     """Condition ``k``'s truth centroid, centred as ``protocol`` says, in ``space``."""
     reference = centering_vector(engine, protocol.centering, k)
-    centroid = engine.source("truth", k).centroid
-    vector = centroid if reference is None else centroid - reference
-    return space.vector(vector, is_delta=reference is not None)
+    return centred_view(space, engine.source("truth", k).centroid, reference)
 
 
 def _dataset_task(engine: Engine, protocol: Protocol) -> DatasetTask:
