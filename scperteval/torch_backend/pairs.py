@@ -186,12 +186,6 @@ def _prepared(dtype: torch.dtype, *clouds: torch.Tensor) -> list[torch.Tensor]:
 # ----------------------------------------------------------------------------- median
 
 
-def _positive_within(pairs: _Pairs, points: torch.Tensor) -> Iterator[torch.Tensor]:
-    """1-D tensors of the positive squared distances over pairs ``i < j``."""
-    for d2 in pairs.within(points):
-        yield d2[d2 > 0]
-
-
 class _TorchOps(ArrayOps):
     """The operations of the median selection on tensors of one dtype."""
 
@@ -361,7 +355,7 @@ class TorchPairs:
         with torch.no_grad():
             (points,) = _prepared(self.dtype, points64)
             return median_of_positive(
-                lambda: _positive_within(blocks, points),
+                lambda: (d2[d2 > 0] for d2 in blocks.within(points)),
                 max(1, blocks.max_block_bytes // blocks.itemsize),
                 _TorchOps(self.dtype),
                 _FIRST_DIGIT_BITS[self.dtype],

@@ -283,13 +283,11 @@ class PerturbationMetrics(Metric):
             raise SpecError(f"{len(groups)} covariates for {len(labels)} perturbation labels")
         found = []
         for row, label in enumerate(labels):
-            if _is_missing(label) or str(label) in self._ignored:
+            skipped = _is_missing(label) or str(label) in self._ignored
+            if skipped or (groups is not None and _is_missing(groups[row])):
                 found.append(-1)
                 continue
             if groups is not None:
-                if _is_missing(groups[row]):
-                    found.append(-1)
-                    continue
                 key = (str(groups[row]), str(label))
                 if key not in self._by_pair:
                     raise SpecError(f"unknown condition {key[1]!r} in covariate group {key[0]!r}")
