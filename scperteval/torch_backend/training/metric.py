@@ -210,15 +210,14 @@ class PerturbationMetrics(Metric):
         """
         from scperteval.engine.suites import resolve_protocols
 
-        def array(value: Any) -> np.ndarray | None:
-            if value is None:
-                return None
-            if isinstance(value, torch.Tensor):
-                value = value.detach().cpu().double().numpy()
-            return np.asarray(value, dtype=np.float64)
+        def array(value: Any) -> Any:
+            # Tensors to float64 host arrays; the plan converts everything else.
+            return (
+                value.detach().cpu().double().numpy() if isinstance(value, torch.Tensor) else value
+            )
 
         plan = plan_from_arrays(
-            array(truth),  # type: ignore[arg-type]
+            array(truth),
             perturbations,
             genes,
             resolve_protocols(protocols),
