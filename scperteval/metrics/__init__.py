@@ -13,7 +13,6 @@ input cannot be scored at all (too few cells, no DE gene, non-finite values) a m
 raises :class:`DegenerateInput`, whose ``reason`` the caller records next to a NaN.
 """
 
-from scperteval.metrics._registry import METRICS
 from scperteval.metrics.cell_eval import ControlDE
 from scperteval.metrics.centroid import (
     cosine,
@@ -27,7 +26,7 @@ from scperteval.metrics.centroid import (
     weighted_r2,
 )
 from scperteval.metrics.clustering import clustering_agreement
-from scperteval.metrics.common import DegenerateInput
+from scperteval.metrics.common import METRICS, DegenerateInput
 from scperteval.metrics.dataset import (
     distance_matrix,
     nir,

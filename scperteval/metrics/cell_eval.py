@@ -24,14 +24,14 @@ return the same value for every row, as cell-eval repeats a dataset-level value.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from scperteval.metrics._registry import METRICS
-from scperteval.metrics.common import DegenerateInput
+from scperteval.metrics.common import METRICS, Decorator, DegenerateInput
+from scperteval.metrics.de import _average_precision, _roc_auc
 from scperteval.metrics.metric_context import DatasetContext, PerturbationContext
 from scperteval.stats.ranking import ranking_keys
 
@@ -147,9 +147,7 @@ def check_options(k: int | None = None, alpha: float = 0.05, side: str = "pred")
         raise ValueError(f"side must be 'real' or 'pred', got {side!r}")
 
 
-def _register(
-    name: str, description: str, **meta: Any
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _register(name: str, description: str, **meta: Any) -> Decorator:
     """Register a cell-eval metric with the defaults below; a None in ``meta`` drops a key."""
     defaults = {"representation": "control_de", "scope": "perturbation", "better": "higher"}
     meta = {**defaults, "perfect": 1.0, "check": check_options, **meta}
@@ -279,12 +277,15 @@ def precision_at_k(
 
 
 def _auc_inputs(gt: ControlDE, pred: ControlDE) -> tuple[npt.NDArray[np.bool_], Float64Array]:
+    """The truth's DEG labels and the predicted scores, by decreasing score."""
     _pair(gt, pred)
     labels = gt.significant(0.05)
     fdr = np.where(np.isnan(pred.fdr), np.float32(1.0), pred.fdr)
     fdr = np.clip(fdr, np.float32(FDR_FLOOR), np.float32(1.0))
     # -log10 at float32, as cell-eval computes it on its float32 column.
-    return labels, ranking_keys((-np.log10(fdr)).astype(np.float64))
+    scores = ranking_keys((-np.log10(fdr)).astype(np.float64))
+    order = np.argsort(-scores, kind="stable")
+    return labels[order], scores[order]
 
 
 @_register(
@@ -317,14 +318,7 @@ def de_pr_auc(gt: ControlDE, pred: ControlDE, ctx: PerturbationContext | None = 
     n_positive = int(labels.sum())
     if n_positive == 0 or n_positive == labels.size:
         return float("nan")
-    order = np.argsort(-scores, kind="stable")
-    ordered = scores[order]
-    hits = np.cumsum(labels[order])
-    closes = np.r_[np.flatnonzero(np.diff(ordered)), ordered.size - 1]
-    true_positives = hits[closes].astype(np.float64)
-    precision = true_positives / (closes + 1)
-    recall = true_positives / n_positive
-    return float(np.sum(np.diff(recall, prepend=0.0) * precision))
+    return _average_precision(labels, scores)
 
 
 @_register(
@@ -354,14 +348,9 @@ def de_roc_auc(gt: ControlDE, pred: ControlDE, ctx: PerturbationContext | None =
     """
     labels, scores = _auc_inputs(gt, pred)
     n_positive = int(labels.sum())
-    n_negative = labels.size - n_positive
-    if n_positive == 0 or n_negative == 0:
+    if n_positive == 0 or n_positive == labels.size:
         return float("nan")
-    from scipy import stats  # imported here: scipy.stats alone adds ~40 MB to a process
-
-    ranks = stats.rankdata(scores)
-    rank_sum = float(ranks[labels].sum())
-    return (rank_sum - n_positive * (n_positive + 1) / 2.0) / (n_positive * n_negative)
+    return _roc_auc(labels, scores)
 
 
 def _truth_degs(gt: ControlDE, pred: ControlDE, alpha: float) -> npt.NDArray[np.intp]:

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from numpy.typing import ArrayLike
 
-from scperteval.metrics._registry import Decorator, register_metric
-from scperteval.metrics.common import as_vector_pair
+from scperteval.metrics.common import Decorator, as_vector_pair, register_metric
 from scperteval.metrics.metric_context import PerturbationContext
 
 __all__ = [
@@ -80,9 +80,7 @@ def _r2_from(residual: float, total: float) -> float:
 
 
 @_register("Pearson correlation between truth and prediction", better="higher", perfect=1.0)
-def pearson(
-    gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None
-) -> float:
+def pearson(gt: ArrayLike, pred: ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Pearson correlation coefficient of truth and prediction across features.
 
     Parameters
@@ -117,7 +115,7 @@ def pearson(
     better="higher",
     perfect=1.0,
 )
-def r2(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
+def r2(gt: ArrayLike, pred: ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Coefficient of determination ``1 - SS_res / SS_tot`` across features.
 
     The same value as :func:`sklearn.metrics.r2_score` ``(gt, pred)`` wherever the truth
@@ -152,7 +150,7 @@ def r2(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None =
 
 
 @_register("mean squared error", better="lower", perfect=0.0)
-def mse(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
+def mse(gt: ArrayLike, pred: ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Mean squared error across features.
 
     Parameters
@@ -178,7 +176,7 @@ def mse(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None 
 
 
 @_register("mean absolute error", better="lower", perfect=0.0)
-def mae(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
+def mae(gt: ArrayLike, pred: ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Mean absolute error across features.
 
     Parameters
@@ -201,7 +199,7 @@ def mae(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None 
 @_register(
     "Euclidean norm of the difference between truth and prediction", better="lower", perfect=0.0
 )
-def l2(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
+def l2(gt: ArrayLike, pred: ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Euclidean distance ``||gt - pred||_2`` (not divided by the number of features).
 
     Parameters
@@ -222,7 +220,7 @@ def l2(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None =
 
 
 @_register("cosine similarity between truth and prediction", better="higher", perfect=1.0)
-def cosine(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None) -> float:
+def cosine(gt: ArrayLike, pred: ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Cosine similarity ``dot(gt, pred) / (||gt|| ||pred||)`` (no centering).
 
     Parameters
@@ -243,7 +241,7 @@ def cosine(gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | No
 
 
 def _weighted(
-    gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None, metric: str
+    gt: ArrayLike, pred: ArrayLike, ctx: PerturbationContext | None, metric: str
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Truth, prediction and the context's weights, checked to match."""
     x, y = as_vector_pair(gt, pred)
@@ -263,9 +261,7 @@ def _weighted(
     perfect=0.0,
     needs=("weights",),
 )
-def weighted_mse(
-    gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None
-) -> float:
+def weighted_mse(gt: ArrayLike, pred: ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Weighted mean squared error ``sum_g w_g (gt_g - pred_g)^2 / sum_g w_g``.
 
     With DEG weights, which sum to 1, this is ``sum_g w_g (gt_g - pred_g)^2``; dividing
@@ -306,7 +302,7 @@ def weighted_mse(
     needs=("weights",),
 )
 def weighted_pearson(
-    gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None
+    gt: ArrayLike, pred: ArrayLike, ctx: PerturbationContext | None = None
 ) -> float:
     """Weighted Pearson correlation: weighted means, covariance and variances.
 
@@ -350,9 +346,7 @@ def weighted_pearson(
     perfect=1.0,
     needs=("weights",),
 )
-def weighted_r2(
-    gt: npt.ArrayLike, pred: npt.ArrayLike, ctx: PerturbationContext | None = None
-) -> float:
+def weighted_r2(gt: ArrayLike, pred: ArrayLike, ctx: PerturbationContext | None = None) -> float:
     """Weighted coefficient of determination ``1 - SS_res,w / SS_tot,w``.
 
     ``SS_res,w = sum w (gt - pred)^2`` and ``SS_tot,w = sum w (gt - m_w(gt))^2`` with the

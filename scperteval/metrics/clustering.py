@@ -49,8 +49,7 @@ import numpy.typing as npt
 from scipy import sparse
 
 from scperteval.errors import MissingExtraError
-from scperteval.metrics._registry import METRICS
-from scperteval.metrics.common import DegenerateInput, _positive_number, as_matrix
+from scperteval.metrics.common import METRICS, DegenerateInput, _positive_number, as_matrix
 from scperteval.metrics.metric_context import DatasetContext
 
 __all__ = [
@@ -96,9 +95,8 @@ def check_options(
         raise ValueError(f"score must be one of {', '.join(SCORES)}, got {score!r}")
     if not _positive_number(real_resolution):
         raise ValueError(f"real_resolution must be a positive number, got {real_resolution!r}")
-    if isinstance(resolutions, str | bytes) or not isinstance(resolutions, Sequence):
-        raise ValueError(f"resolutions must be a list of positive numbers, got {resolutions!r}")
-    if not resolutions or not all(_positive_number(r) for r in resolutions):
+    listed = isinstance(resolutions, Sequence) and not isinstance(resolutions, str | bytes)
+    if not listed or not resolutions or not all(_positive_number(r) for r in resolutions):
         raise ValueError(f"resolutions must be a list of positive numbers, got {resolutions!r}")
     if isinstance(n_neighbors, bool) or not isinstance(n_neighbors, int) or n_neighbors < 2:
         raise ValueError(f"n_neighbors must be an integer of at least 2, got {n_neighbors!r}")

@@ -1,8 +1,9 @@
-"""Input checks shared by the metric modules, and the error for undefined inputs."""
+"""Shared by the metric modules: the registry, input checks and the error for undefined inputs."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -10,8 +11,24 @@ import numpy.typing as npt
 from scipy import sparse
 
 from scperteval.errors import ScpertevalError
+from scperteval.registry import Registry
 
-__all__ = ["DegenerateInput", "as_vector", "as_vector_pair", "as_matrix"]
+__all__ = ["METRICS", "DegenerateInput", "as_vector", "as_vector_pair", "as_matrix"]
+
+#: Every metric of :mod:`scperteval.metrics`, registered by name with its metadata:
+#: ``representation`` ("centroid", "population" or "de"), ``scope`` ("perturbation" or
+#: "dataset"), ``better`` ("higher" or "lower"), ``perfect`` (the ideal value) and, where a
+#: metric needs more than the two datapoints, ``needs`` (names of context fields it reads);
+#: ``check``, where given, is called with a protocol's bound options before a run and
+#: raises ``ValueError`` on an invalid value.
+METRICS = Registry("metric")
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def register_metric(description: str, **meta: Any) -> Decorator:
+    """Register a metric under its function's name: ``METRICS.register`` with a description."""
+    return METRICS.register(description=description, **meta)
 
 
 class DegenerateInput(ScpertevalError, ValueError):

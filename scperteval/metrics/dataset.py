@@ -32,8 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scperteval.kernels.threads import Threads
-from scperteval.metrics._registry import Decorator, register_metric
-from scperteval.metrics.common import DegenerateInput, as_matrix
+from scperteval.metrics.common import Decorator, DegenerateInput, as_matrix, register_metric
 from scperteval.metrics.metric_context import DatasetContext
 
 __all__ = [

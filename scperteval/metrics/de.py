@@ -23,8 +23,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from scperteval.metrics._registry import Decorator, register_metric
-from scperteval.metrics.common import DegenerateInput
+from scperteval.metrics.common import Decorator, DegenerateInput, register_metric
 from scperteval.metrics.metric_context import PerturbationContext
 from scperteval.stats.ranking import ranking_keys
 
@@ -158,6 +157,69 @@ def _tie_runs(ordered: Float64Array) -> npt.NDArray[np.intp]:
     return np.r_[np.flatnonzero(ordered[1:] != ordered[:-1]) + 1, ordered.size]
 
 
+def _average_precision(positive: npt.NDArray[np.bool_], ordered: Float64Array) -> float:
+    """Average precision of labels ranked by scores, highest first; ties share a threshold.
+
+    The value of :func:`sklearn.metrics.average_precision_score`: the sum over distinct
+    score thresholds, from the highest, of recall increment times precision.
+
+    Parameters
+    ----------
+    positive
+        Whether each item is a positive, in the order of ``ordered``; at least one is.
+    ordered
+        The items' scores (ranking keys), in descending order.
+
+    Returns
+    -------
+    float
+        In [0, 1].
+
+    """
+    hits = np.cumsum(positive)
+    # The last item of each run of tied scores closes one threshold.
+    closes = _tie_runs(ordered) - 1
+    true_positives = hits[closes].astype(np.float64)
+    precision = true_positives / (closes + 1)
+    recall = true_positives / true_positives[-1]
+    return float(np.sum(np.diff(recall, prepend=0.0) * precision))
+
+
+def _roc_auc(positive: npt.NDArray[np.bool_], ordered: Float64Array) -> float:
+    """Area under the ROC curve of labels ranked by scores, highest first; ties count half.
+
+    The probability that a random positive scores above a random negative (the
+    Mann-Whitney statistic with average ranks for ties).
+
+    Parameters
+    ----------
+    positive
+        Whether each item is a positive, in the order of ``ordered``; at least one is
+        and one is not.
+    ordered
+        The items' scores (ranking keys), in descending order.
+
+    Returns
+    -------
+    float
+        In [0, 1].
+
+    """
+    n_items = positive.size
+    # A run of tied items at descending positions [start, stop) holds the ascending
+    # ranks n - stop + 1 ... n - start, whose mean every item of the run gets.
+    stops = _tie_runs(ordered)
+    starts = np.r_[0, stops[:-1]]
+    hits = np.r_[0, np.cumsum(positive)]
+    positives_in_run = hits[stops] - hits[starts]
+    # Twice the mean rank is an integer and so is every partial sum: exact in float64.
+    twice_rank_sum = float(np.dot(positives_in_run, 2 * n_items + 1 - starts - stops))
+    rank_sum = twice_rank_sum / 2.0
+    n_positive = int(hits[-1])
+    n_negative = n_items - n_positive
+    return (rank_sum - n_positive * (n_positive + 1) / 2.0) / (n_positive * n_negative)
+
+
 @_register("area under the precision-recall curve of truth DEGs ranked by |predicted t|")
 def de_auprc(
     gt: DEView, pred: DEView, ctx: PerturbationContext | None = None, *, alpha: float = 0.05
@@ -194,13 +256,7 @@ def de_auprc(
     """
     positive = _positives(gt, pred, alpha)
     order, evidence = pred.ranked()
-    hits = np.cumsum(positive[order])
-    # The last gene of each run of tied scores closes one threshold.
-    closes = _tie_runs(evidence) - 1
-    true_positives = hits[closes].astype(np.float64)
-    precision = true_positives / (closes + 1)
-    recall = true_positives / true_positives[-1]
-    return float(np.sum(np.diff(recall, prepend=0.0) * precision))
+    return _average_precision(positive[order], evidence)
 
 
 @_register("area under the ROC curve of truth DEGs ranked by |predicted t|")
@@ -237,19 +293,7 @@ def de_auroc(
     """
     positive = _positives(gt, pred, alpha)
     order, evidence = pred.ranked()
-    n_features = positive.size
-    # A run of tied genes at descending positions [start, stop) holds the ascending
-    # ranks n - stop + 1 ... n - start, whose mean every gene of the run gets.
-    stops = _tie_runs(evidence)
-    starts = np.r_[0, stops[:-1]]
-    hits = np.r_[0, np.cumsum(positive[order])]
-    positives_in_run = hits[stops] - hits[starts]
-    # Twice the mean rank is an integer and so is every partial sum: exact in float64.
-    twice_rank_sum = float(np.dot(positives_in_run, 2 * n_features + 1 - starts - stops))
-    rank_sum = twice_rank_sum / 2.0
-    n_positive = int(hits[-1])
-    n_negative = n_features - n_positive
-    return (rank_sum - n_positive * (n_positive + 1) / 2.0) / (n_positive * n_negative)
+    return _roc_auc(positive[order], evidence)
 
 
 @_register("fraction of the truth's top-k genes by |t| among the prediction's top k")

@@ -38,8 +38,7 @@ from scperteval.kernels.pairs import (
     rbf_transform,
 )
 from scperteval.kernels.threads import Threads
-from scperteval.metrics._registry import Decorator, register_metric
-from scperteval.metrics.common import DegenerateInput, _positive_number, as_matrix
+from scperteval.metrics.common import DegenerateInput, _positive_number, as_matrix, register_metric
 from scperteval.metrics.metric_context import PerturbationContext
 
 __all__ = [
@@ -375,16 +374,10 @@ def check_sizes(n: int, m: int, unbiased: bool) -> None:
 # ---------------------------------------------------------------------------- metrics
 
 
-def _register(description: str, **meta: Any) -> Decorator:
-    """Register a population metric (lower is better, 0 perfect) under its function's name."""
-    return register_metric(
-        description,
-        representation="population",
-        scope="perturbation",
-        better="lower",
-        perfect=0.0,
-        **meta,
-    )
+#: Registers a population metric (lower is better, 0 perfect) under its function's name.
+_register = partial(
+    register_metric, representation="population", scope="perturbation", better="lower", perfect=0.0
+)
 
 
 @_register("energy distance between cell populations (unbiased within-sample terms)")
@@ -679,11 +672,11 @@ def sinkhorn(
     diameter = float(np.linalg.norm(pooled_range))
     from scperteval.kernels.sinkhorn import debiased_sinkhorn
 
+    solve = partial(
+        debiased_sinkhorn, blur=blur, scaling=scaling, diameter=diameter, tol=tol, max_iter=max_iter
+    )
     if backend == "tensorized" and device is None:
-        divergence = debiased_sinkhorn(
-            x, y, blur, scaling, diameter=diameter, tol=tol, max_iter=max_iter
-        )
-        return math.sqrt(2.0 * max(divergence, 0.0))
+        return math.sqrt(2.0 * max(solve(x, y), 0.0))
     target = torch.device(device if device is not None else "cpu")
     on_cpu = target.type == "cpu"
     single_thread = Threads.single_threaded_torch(torch) if on_cpu else contextlib.nullcontext()
@@ -695,16 +688,7 @@ def sinkhorn(
             )
             divergence = float(loss(tx, ty).item())
         else:
-            divergence = debiased_sinkhorn(
-                tx,
-                ty,
-                blur,
-                scaling,
-                diameter=diameter,
-                tol=tol,
-                max_iter=max_iter,
-                soft_c_transform=_torch_softmin(torch),
-            )
+            divergence = solve(tx, ty, soft_c_transform=_torch_softmin(torch))
     return math.sqrt(2.0 * max(divergence, 0.0))
 
 

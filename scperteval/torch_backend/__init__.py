@@ -31,8 +31,8 @@ try:
 except ImportError:
     raise MissingExtraError("the torch backend (scperteval.torch_backend)", "ot", "torch") from None
 
-from scperteval.torch_backend._common import DeviceUnavailable
 from scperteval.torch_backend.losses import weighted_mse_loss, weighted_r2_loss
+from scperteval.torch_backend.pairs import DeviceUnavailable
 from scperteval.torch_backend.population import (
     DEFAULT_BLOCK_BYTES,
     energy_distance,

@@ -5,7 +5,7 @@ The torch counterpart of :mod:`scperteval.kernels.pairs`, with the same interfac
 the Euclidean distance and of RBF kernels over the pairs of one or two point
 clouds, the same sums over a stored sample's pairs at many bandwidths, and the
 median heuristic. The population metrics of :mod:`scperteval.torch_backend.population`
-are built on it.
+are built on it, and every module of the backend resolves its devices and dtypes here.
 
 Both clouds are shifted by their pooled mean in float64, then cast to the
 computation dtype. Squared distances are computed as ``||a||^2 + ||b||^2 - 2 a.b``
@@ -27,11 +27,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from scperteval.errors import ScpertevalError
 from scperteval.kernels.median import ArrayOps, median_of_positive
 from scperteval.kernels.pairs import DEFAULT_BLOCK_BYTES, PairTransform, check_transforms
-from scperteval.torch_backend._common import DeviceLike, resolve_device, resolve_dtype
 
-__all__ = ["DEFAULT_BLOCK_BYTES", "TorchPairs", "TorchStoredPairs"]
+__all__ = ["DEFAULT_BLOCK_BYTES", "DeviceUnavailable", "TorchPairs", "TorchStoredPairs"]
+
+DeviceLike = str | torch.device
+_FLOAT_DTYPES = (torch.float32, torch.float64)
 
 # Snapping tolerance: below this fraction of ||a||^2 + ||b||^2 a squared distance is
 # indistinguishable from the cancellation error of the expansion.
@@ -43,6 +46,73 @@ _TENSORS_PER_BLOCK = 4
 _FIRST_DIGIT_BITS = MappingProxyType({torch.float64: 20, torch.float32: 16})
 _KEY_DTYPE = MappingProxyType({torch.float64: torch.int64, torch.float32: torch.int32})
 _KEY_BITS = MappingProxyType({torch.float64: 64, torch.float32: 32})
+
+
+# ------------------------------------------------------------------- device, dtype
+
+
+class DeviceUnavailable(ScpertevalError, RuntimeError):
+    """The requested torch device does not exist on this machine."""
+
+
+def resolve_device(device: DeviceLike) -> torch.device:
+    """Return ``device`` as a :class:`torch.device`, checking that it can be used.
+
+    Parameters
+    ----------
+    device
+        ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a :class:`torch.device`.
+
+    Returns
+    -------
+    torch.device
+        The device.
+
+    Raises
+    ------
+    DeviceUnavailable
+        If a CUDA device is requested and CUDA is not available, or the index is out of
+        range.
+    ValueError
+        If the device type is neither ``cpu`` nor ``cuda``.
+
+    """
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"invalid torch device {device!r}: {error}") from None
+    if resolved.type == "cpu":
+        return resolved
+    if resolved.type != "cuda":
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if not torch.cuda.is_available():
+        raise DeviceUnavailable(
+            f"device {str(device)!r} was requested but CUDA is not available "
+            f"(torch {torch.__version__}, built with CUDA {torch.version.cuda}); "
+            "use device='cpu'"
+        )
+    count = torch.cuda.device_count()
+    if resolved.index is not None and resolved.index >= count:
+        raise DeviceUnavailable(
+            f"device {str(device)!r} was requested but only {count} CUDA device(s) exist"
+        )
+    return resolved
+
+
+def resolve_dtype(dtype: torch.dtype | None) -> torch.dtype:
+    """Return the computation dtype: float64 unless float32 is asked for.
+
+    Raises
+    ------
+    ValueError
+        If ``dtype`` is neither ``None``, ``torch.float32`` nor ``torch.float64``.
+
+    """
+    if dtype is None:
+        return torch.float64
+    if dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
+    return dtype
 
 
 # --------------------------------------------------------------------------- blocks
@@ -114,12 +184,6 @@ def _prepared(dtype: torch.dtype, *clouds: torch.Tensor) -> list[torch.Tensor]:
 
 
 # ----------------------------------------------------------------------------- median
-
-
-def _positive_within(pairs: _Pairs, points: torch.Tensor) -> Iterator[torch.Tensor]:
-    """1-D tensors of the positive squared distances over pairs ``i < j``."""
-    for d2 in pairs.within(points):
-        yield d2[d2 > 0]
 
 
 class _TorchOps(ArrayOps):
@@ -291,7 +355,7 @@ class TorchPairs:
         with torch.no_grad():
             (points,) = _prepared(self.dtype, points64)
             return median_of_positive(
-                lambda: _positive_within(blocks, points),
+                lambda: (d2[d2 > 0] for d2 in blocks.within(points)),
                 max(1, blocks.max_block_bytes // blocks.itemsize),
                 _TorchOps(self.dtype),
                 _FIRST_DIGIT_BITS[self.dtype],

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from scperteval.kernels.pairs import SQRT, rbf_transform
+from scperteval.metrics.common import DegenerateInput, as_matrix
 from scperteval.metrics.population import (
     check_sizes,
     energy_distance_from_sums,
@@ -22,8 +24,7 @@ from scperteval.metrics.population import (
     mmd_from_sums,
     three_sums,
 )
-from scperteval.torch_backend._common import DeviceLike, as_cloud
-from scperteval.torch_backend.pairs import DEFAULT_BLOCK_BYTES, TorchPairs, _prepared
+from scperteval.torch_backend.pairs import DEFAULT_BLOCK_BYTES, DeviceLike, TorchPairs, _prepared
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
@@ -31,6 +32,36 @@ __all__ = [
     "mmd",
     "median_pairwise_distance",
 ]
+
+
+def as_cloud(values: Any, what: str, device: torch.device) -> torch.Tensor:
+    """Return a point cloud as a finite 2-D float64 tensor on ``device``.
+
+    NumPy arrays, array-likes and scipy sparse matrices are checked by
+    :func:`scperteval.metrics.common.as_matrix`; tensors are detached, converted to
+    float64 (exactly, from float32) and checked here. The result is never part of an
+    autograd graph.
+
+    Raises
+    ------
+    ValueError
+        If the input is not two-dimensional.
+    DegenerateInput
+        If it contains NaN or infinity.
+
+    """
+    if isinstance(values, torch.Tensor):
+        tensor = values.detach()
+        if tensor.ndim != 2:
+            raise ValueError(f"{what} must be two-dimensional, got shape {tuple(tensor.shape)}")
+    else:
+        tensor = torch.from_numpy(np.asarray(as_matrix(values, what)))
+    tensor = tensor.to(device=device, dtype=torch.float64)
+    finite = torch.isfinite(tensor)
+    if not bool(finite.all()):
+        bad = int(tensor.numel() - int(finite.sum()))
+        raise DegenerateInput(f"{what} contains {bad} non-finite value(s)")
+    return tensor.contiguous()
 
 
 def _clouds(gt: Any, pred: Any, unbiased: bool, *options: Any) -> tuple[TorchPairs, Any, Any]:

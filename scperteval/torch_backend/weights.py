@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from scperteval.torch_backend._common import DeviceLike, resolve_device, resolve_dtype
+from scperteval.torch_backend.pairs import DeviceLike, resolve_device, resolve_dtype
 
 if TYPE_CHECKING:
     from scperteval.context import Context

@@ -24,7 +24,7 @@ except ImportError:
         "the training metrics (scperteval.torch_backend.training)", "ot", "torchmetrics"
     ) from None
 
+from scperteval.torch_backend.training.evaluate import ProtocolResult
 from scperteval.torch_backend.training.metric import PerturbationMetrics
-from scperteval.torch_backend.training.result import ProtocolResult
 
 __all__ = ["PerturbationMetrics", "ProtocolResult"]

@@ -1,4 +1,4 @@
-"""What ``compute`` does with the epoch's centroids: the protocols' values and reasons."""
+"""What ``compute`` does with the epoch's centroids: the protocols' values, reasons and results."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import torch
 
 from scperteval.scoring.headline import finite_aggregate
 from scperteval.torch_backend.training.kernels import CENTROID_KERNELS
-from scperteval.torch_backend.training.plan import CentroidTask, DatasetTask, Plan
-from scperteval.torch_backend.training.result import ProtocolResult
+from scperteval.torch_backend.training.plan import CentroidTask, DatasetTask, Plan, centred_view
 
 __all__ = [
     "UNDEFINED",
+    "ProtocolResult",
     "centroid_values",
     "dataset_values",
     "device_tensors",
@@ -25,6 +25,72 @@ __all__ = [
 ]
 
 UNDEFINED = "metric undefined on these inputs"
+
+
+class ProtocolResult:
+    """A protocol's per-perturbation values, their reasons and their aggregate.
+
+    A plain object on purpose: torchmetrics rebuilds dataclasses and tuples found in a
+    ``compute()`` result, and leaves other objects as they are.
+
+    Attributes
+    ----------
+    protocol
+        The protocol's name.
+    values
+        Per perturbation (indexed by ``perturbation``, or ``(covariate,
+        perturbation)`` when the data has a covariate column), the value; NaN where
+        undefined.
+    reasons
+        Aligned with ``values``: why a value is NaN (``""`` where it is not).
+    aggregate
+        The ``median`` (or ``mean``) of the finite values; NaN when none is.
+    calibrated
+        The calibrated values against the protocol's positive and negative controls
+        (truth-half metrics only), else ``None``.
+    calibrated_aggregate
+        Their aggregate (NaN when none is finite), or ``None``.
+    better
+        ``higher`` or ``lower``.
+
+    """
+
+    def __init__(
+        self,
+        protocol: str,
+        values: pd.Series,
+        reasons: pd.Series,
+        aggregate: float,
+        better: str,
+        calibrated: pd.Series | None = None,
+        calibrated_aggregate: float | None = None,
+    ) -> None:
+        self.protocol = protocol
+        self.values = values
+        self.reasons = reasons
+        self.aggregate = aggregate
+        self.better = better
+        self.calibrated = calibrated
+        self.calibrated_aggregate = calibrated_aggregate
+
+    @property
+    def n_defined(self) -> int:
+        """Number of perturbations with a finite value."""
+        return int(np.isfinite(self.values.to_numpy(dtype=np.float64)).sum())
+
+    def __float__(self) -> float:
+        return float(self.aggregate)
+
+    def __repr__(self) -> str:
+        extra = (
+            ""
+            if self.calibrated_aggregate is None
+            else f", calibrated={self.calibrated_aggregate:.4g}"
+        )
+        return (
+            f"ProtocolResult({self.protocol!r}, aggregate={self.aggregate:.4g}{extra}, "
+            f"defined={self.n_defined}/{len(self.values)})"
+        )
 
 
 def device_tensors(plan: Plan, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
@@ -106,6 +172,7 @@ def dataset_values(
     values = np.full(n, np.nan)
     reasons = [""] * n
     reference = plan.reference(task.protocol.centering)
+    offsets: list[np.ndarray | None] = [None] * n if reference is None else list(reference)
     for group in task.groups:
         rows = [int(k) for k in group.conditions]
         absent = [plan.perturbations[k] for k in rows if missing[k]]
@@ -118,15 +185,7 @@ def dataset_values(
             assert group.space is not None and group.truth is not None
             space = group.space
             try:
-                candidate = np.vstack(
-                    [
-                        space.vector(
-                            means[k] if reference is None else means[k] - reference[k],
-                            is_delta=reference is not None,
-                        )
-                        for k in rows
-                    ]
-                )
+                candidate = np.vstack([centred_view(space, means[k], offsets[k]) for k in rows])
                 values[rows] = np.asarray(
                     task.protocol.metric(group.truth, candidate, group.context), dtype=np.float64
                 )

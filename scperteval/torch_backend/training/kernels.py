@@ -13,32 +13,33 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 import torch
+from torch import Tensor
 
 __all__ = ["CENTROID_KERNELS", "WEIGHTED"]
 
-Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+Kernel = Callable[[Tensor, Tensor, Tensor, Tensor | None], Tensor]
 
 #: Kernels that read the DEG weights.
 WEIGHTED = frozenset({"weighted_mse", "weighted_pearson", "weighted_r2"})
 
 
-def _zeroed(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _zeroed(values: Tensor, mask: Tensor) -> Tensor:
     # ``where`` rather than a product: a NaN outside the mask must not leak into sums.
     return torch.where(mask, values, 0.0)
 
 
-def _constant(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _constant(values: Tensor, mask: Tensor) -> Tensor:
     """Rows whose selected values are all equal (exactly, as the NumPy reference tests)."""
     high = torch.where(mask, values, -torch.inf).amax(dim=1)
     low = torch.where(mask, values, torch.inf).amin(dim=1)
     return (high == low) | ~mask.any(dim=1)
 
 
-def _nan_where(condition: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+def _nan_where(condition: Tensor, values: Tensor) -> Tensor:
     return torch.where(condition, torch.full_like(values, torch.nan), values)
 
 
-def _correlation(dx: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+def _correlation(dx: Tensor, dy: Tensor) -> Tensor:
     """Cosine of already centred (and zeroed) rows, NaN for a zero row."""
     # Scaling each row by its largest magnitude keeps tiny values from underflowing.
     sx = dx.abs().amax(dim=1, keepdim=True)
@@ -52,38 +53,30 @@ def _correlation(dx: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     return _nan_where(undefined, value.clamp(-1.0, 1.0))
 
 
-def _count(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _count(mask: Tensor, dtype: torch.dtype) -> Tensor:
     return mask.sum(dim=1).to(dtype)
 
 
-def mse(
-    x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, _: torch.Tensor | None
-) -> torch.Tensor:
+def mse(x: Tensor, y: Tensor, mask: Tensor, _: Tensor | None) -> Tensor:
     """Mean squared error over each row's features."""
     return _zeroed((x - y) ** 2, mask).sum(dim=1) / _count(mask, x.dtype)
 
 
-def mae(
-    x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, _: torch.Tensor | None
-) -> torch.Tensor:
+def mae(x: Tensor, y: Tensor, mask: Tensor, _: Tensor | None) -> Tensor:
     """Mean absolute error over each row's features."""
     return _zeroed((x - y).abs(), mask).sum(dim=1) / _count(mask, x.dtype)
 
 
-def l2(
-    x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, _: torch.Tensor | None
-) -> torch.Tensor:
+def l2(x: Tensor, y: Tensor, mask: Tensor, _: Tensor | None) -> Tensor:
     """Euclidean norm of the difference over each row's features."""
     return torch.linalg.vector_norm(_zeroed(x - y, mask), dim=1)
 
 
-def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _masked_mean(values: Tensor, mask: Tensor) -> Tensor:
     return _zeroed(values, mask).sum(dim=1, keepdim=True) / _count(mask, values.dtype)[:, None]
 
 
-def pearson(
-    x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, _: torch.Tensor | None
-) -> torch.Tensor:
+def pearson(x: Tensor, y: Tensor, mask: Tensor, _: Tensor | None) -> Tensor:
     """Pearson correlation over each row's features; NaN for a constant row."""
     dx = _zeroed(x - _masked_mean(x, mask), mask)
     dy = _zeroed(y - _masked_mean(y, mask), mask)
@@ -91,9 +84,7 @@ def pearson(
     return _nan_where(undefined, _correlation(dx, dy))
 
 
-def r2(
-    x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, _: torch.Tensor | None
-) -> torch.Tensor:
+def r2(x: Tensor, y: Tensor, mask: Tensor, _: Tensor | None) -> Tensor:
     """Coefficient of determination over each row's features; NaN for a constant truth."""
     residual = _zeroed((x - y) ** 2, mask).sum(dim=1)
     total = _zeroed((x - _masked_mean(x, mask)) ** 2, mask).sum(dim=1)
@@ -101,23 +92,19 @@ def r2(
     return _nan_where(_constant(x, mask) | (total == 0), value)
 
 
-def cosine(
-    x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, _: torch.Tensor | None
-) -> torch.Tensor:
+def cosine(x: Tensor, y: Tensor, mask: Tensor, _: Tensor | None) -> Tensor:
     """Cosine similarity over each row's features (no centering); NaN for a zero row."""
     return _correlation(_zeroed(x, mask), _zeroed(y, mask))
 
 
-def _support(mask: torch.Tensor, weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _support(mask: Tensor, weights: Tensor | None) -> tuple[Tensor, Tensor]:
     if weights is None:
         raise ValueError("a weighted metric needs DEG weights")
     w = _zeroed(weights, mask)
     return w, mask & (w > 0)
 
 
-def weighted_mse(
-    x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None
-) -> torch.Tensor:
+def weighted_mse(x: Tensor, y: Tensor, mask: Tensor, weights: Tensor | None) -> Tensor:
     """``sum w (x - y)^2 / sum w`` per row; NaN where every weight is zero."""
     w, support = _support(mask, weights)
     total = w.sum(dim=1)
@@ -125,16 +112,14 @@ def weighted_mse(
     return _nan_where(total == 0, value)
 
 
-def _shares(mask: torch.Tensor, weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _shares(mask: Tensor, weights: Tensor | None) -> tuple[Tensor, Tensor]:
     """The support's weights divided by their row sums (rows without weight left at 0)."""
     w, support = _support(mask, weights)
     total = w.sum(dim=1, keepdim=True)
     return w / torch.where(total > 0, total, torch.ones_like(total)), support
 
 
-def weighted_pearson(
-    x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None
-) -> torch.Tensor:
+def weighted_pearson(x: Tensor, y: Tensor, mask: Tensor, weights: Tensor | None) -> Tensor:
     """Weighted Pearson correlation per row; NaN without weight or for a constant row."""
     w, support = _shares(mask, weights)
     root = w.sqrt()
@@ -146,9 +131,7 @@ def weighted_pearson(
     return _nan_where(undefined, _correlation(dx, dy))
 
 
-def weighted_r2(
-    x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None
-) -> torch.Tensor:
+def weighted_r2(x: Tensor, y: Tensor, mask: Tensor, weights: Tensor | None) -> Tensor:
     """Weighted coefficient of determination per row; NaN without weight or constant truth."""
     w, support = _shares(mask, weights)
     residual = (w * _zeroed((x - y) ** 2, support)).sum(dim=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -11,18 +12,18 @@ import pandas as pd
 import torch
 from torchmetrics import Metric
 
+from scperteval.data.labels import unmatched_listing
 from scperteval.errors import SpecError
 from scperteval.torch_backend.training.evaluate import (
+    ProtocolResult,
     centroid_values,
     dataset_values,
     device_tensors,
     missing_reasons,
     protocol_result,
 )
-from scperteval.torch_backend.training.explicit import plan_from_arrays
-from scperteval.torch_backend.training.labels import ConditionLabels
-from scperteval.torch_backend.training.plan import Plan, plan_from_engine
-from scperteval.torch_backend.training.result import ProtocolResult
+from scperteval.torch_backend.training.plan import Plan, plan_from_arrays, plan_from_engine
+from scperteval.torch_backend.weights import _ConditionIndex
 
 __all__ = ["PerturbationMetrics"]
 
@@ -107,7 +108,9 @@ class PerturbationMetrics(Metric):
                     f"{', '.join(absent[:5])}" + (" ..." if len(absent) > 5 else "")
                 )
             self._columns = torch.tensor([position[g] for g in plan.genes], dtype=torch.int64)
-        self._labels = ConditionLabels(plan.covariates, plan.perturbations, ignore_labels)
+        self._ignored = frozenset(map(str, ignore_labels))
+        index = _ConditionIndex(list(zip(plan.covariates, plan.perturbations, strict=True)))
+        self._by_pair, self._by_label = index.by_pair, index.by_name
         self._tensors: dict[tuple[str, torch.dtype], dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ building
@@ -207,15 +210,14 @@ class PerturbationMetrics(Metric):
         """
         from scperteval.engine.suites import resolve_protocols
 
-        def array(value: Any) -> np.ndarray | None:
-            if value is None:
-                return None
-            if isinstance(value, torch.Tensor):
-                value = value.detach().cpu().double().numpy()
-            return np.asarray(value, dtype=np.float64)
+        def array(value: Any) -> Any:
+            # Tensors to float64 host arrays; the plan converts everything else.
+            return (
+                value.detach().cpu().double().numpy() if isinstance(value, torch.Tensor) else value
+            )
 
         plan = plan_from_arrays(
-            array(truth),  # type: ignore[arg-type]
+            array(truth),
             perturbations,
             genes,
             resolve_protocols(protocols),
@@ -267,7 +269,41 @@ class PerturbationMetrics(Metric):
             On an unknown label or index, or a label that needs its covariate.
 
         """
-        return self._labels(perturbations, covariates)
+        if isinstance(perturbations, torch.Tensor) and not perturbations.is_floating_point():
+            index = perturbations.to(torch.int64).reshape(-1)
+            n_conditions = len(self.plan.perturbations)
+            if index.numel() and int(index.max()) >= n_conditions:
+                last = n_conditions - 1
+                raise SpecError(f"condition index {int(index.max())} outside 0..{last}")
+            return index
+        labels = _label_list(perturbations, "perturbations")
+        groups = None if covariates is None else _label_list(covariates, "covariates")
+        if groups is not None and len(groups) != len(labels):
+            raise SpecError(f"{len(groups)} covariates for {len(labels)} perturbation labels")
+        found = []
+        for row, label in enumerate(labels):
+            skipped = _is_missing(label) or str(label) in self._ignored
+            if skipped or (groups is not None and _is_missing(groups[row])):
+                found.append(-1)
+                continue
+            if groups is not None:
+                key = (str(groups[row]), str(label))
+                if key not in self._by_pair:
+                    raise SpecError(f"unknown condition {key[1]!r} in covariate group {key[0]!r}")
+                found.append(self._by_pair[key])
+                continue
+            matches = self._by_label.get(str(label))
+            if not matches:
+                raise SpecError(
+                    f"unknown perturbation {unmatched_listing([str(label)], list(self._by_label))}"
+                )
+            if len(matches) > 1:
+                raise SpecError(
+                    f"perturbation {label!r} occurs in {len(matches)} covariate groups; "
+                    "pass covariates="
+                )
+            found.append(matches[0])
+        return torch.tensor(found, dtype=torch.int64)
 
     def update(self, pred: torch.Tensor, perturbations: Any, covariates: Any = None) -> None:
         """Add a batch of predicted cells or centroids.
@@ -361,3 +397,24 @@ def _as_tensor(pred: Any) -> torch.Tensor:
     raise SpecError(
         f"predictions must be a torch.Tensor or a NumPy array of numbers, got {type(pred).__name__}"
     )
+
+
+def _is_missing(label: Any) -> bool:
+    """Whether a label marks a row to skip (``None``, NaN, ``pd.NA``)."""
+    if label is None:
+        return True
+    if isinstance(label, float) and math.isnan(label):
+        return True
+    return label is pd.NA or label is pd.NaT
+
+
+def _label_list(values: Any, name: str) -> list[Any]:
+    """A batch's labels as a list; one label given as a string is a list of one, not letters."""
+    if isinstance(values, (str, bytes)):
+        return [values.decode() if isinstance(values, bytes) else values]
+    if hasattr(values, "tolist"):
+        listed = values.tolist()
+        return listed if isinstance(listed, list) else [listed]
+    if not isinstance(values, Iterable):
+        raise SpecError(f"{name} must be a list of labels, got {type(values).__name__}")
+    return list(values)
