@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from scperteval._version import __version__
-from scperteval.cli import _calibrate, _de, _demo, _distances, _listing, _score, _split
+from scperteval.cli import _de, _demo, _distances, _listing, _score, _split
 
 #: Commands whose ``--out`` is a folder of results (``split`` writes one table).
 FOLDER_OUTPUT_COMMANDS = ("demo", "de", "calibrate", "score", "report", "distances")
@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"scperteval {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (_demo, _de, _calibrate, _score, _distances, _listing, _split):
+    for module in (_demo, _de, _score, _distances, _listing, _split):
         module.add_parser(commands)
     # Every option's help shows its default (perturbation key, control label, seed, ...).
     for subparser in commands.choices.values():

@@ -96,11 +96,9 @@ def _check_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.space is not None:
         parse_cells_space(args.space)
     distance = resolve_distance(args.metric)
-    groups = None
-    if args.groups is not None:
-        groups = [g for g in args.groups.split(",") if g]
-        if not groups:
-            raise SpecError("--groups names no group")
+    groups = None if args.groups is None else [g for g in args.groups.split(",") if g]
+    if args.groups is not None and not groups:
+        raise SpecError("--groups names no group")
     return {"distance": distance, "groups": groups, "subset": parse_subset(args.subset)}
 
 

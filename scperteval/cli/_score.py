@@ -1,4 +1,4 @@
-"""``scperteval score`` and ``scperteval report``: calibrated leaderboards."""
+"""``scperteval calibrate``, ``score`` and ``report``: calibration and calibrated leaderboards."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from typing import Any
 from scperteval.cli._options import (
     add_command,
     add_engine_options,
+    add_input_argument,
     add_quiet_option,
     add_thresholds_option,
     cluster_client,
     engine_kwargs,
+    input_data,
     parse_thresholds,
     print_run_notes,
     progress_setting,
@@ -21,7 +23,8 @@ from scperteval.errors import SpecError
 
 
 def add_parser(commands: Any) -> None:
-    """Register the ``score`` and ``report`` subcommands."""
+    """Register the ``calibrate``, ``score`` and ``report`` subcommands."""
+    _add_calibrate_parser(commands)
     score = add_command(
         commands,
         "score",
@@ -74,11 +77,9 @@ def add_parser(commands: Any) -> None:
     score.add_argument(
         "--allow-missing", action="store_true", help="score models that miss perturbations"
     )
-    score.add_argument(
-        "--split",
-        default=None,
-        metavar="PATH",
-        help="score under a split: a table (.csv, .tsv, .parquet) of perturbation -> fold "
+    _add_split_option(
+        score,
+        "score under a split: a table (.csv, .tsv, .parquet) of perturbation -> fold "
         "or role (as 'scperteval split' writes), or obs:COLUMN; only held-out perturbations "
         "are scored, baselines and controls use each fold's training perturbations, and a "
         "model may be a folder of one file per fold named by the fold",
@@ -102,6 +103,50 @@ def add_parser(commands: Any) -> None:
     _add_report_options(report, defaults=False)
     report.add_argument("--out", default=None, help="output folder (default: the input folder)")
     add_quiet_option(report)
+
+
+def _add_calibrate_parser(commands: Any) -> None:
+    """Register the ``calibrate`` subcommand."""
+    calibrate = add_command(
+        commands,
+        "calibrate",
+        run_calibrate,
+        "score positive and negative controls and judge each protocol",
+        "Score each protocol's positive control (a technical or interpolated duplicate "
+        "of the truth) and negative control (dataset mean, control mean, other cells), "
+        "and report the dynamic range fraction (DRF) and bound discrimination score "
+        "(BDS) that tell whether the protocol can be trusted on this dataset.",
+    )
+    add_input_argument(calibrate, "run on a small simulated dataset")
+    add_engine_options(
+        calibrate,
+        protocols_help="suite name (default, miller2025, ahlmann_eltze2025, vcc2025), a .toml "
+        "path, or comma-separated protocol names (e.g. pearson_delta_ctrl,mse_top_k=30)",
+        seed_help="seed of halves and samples",
+        de_method_help="DE behind top-k spaces, DEG weights and DE protocols",
+    )
+    add_thresholds_option(calibrate)
+    calibrate.add_argument(
+        "--min-perturbations",
+        type=int,
+        default=10,
+        metavar="N",
+        help="fewest perturbations with both controls for a protocol to be trusted (default "
+        "10, the rule of score and report)",
+    )
+    _add_split_option(
+        calibrate,
+        "calibrate under a split: a table (.csv, .tsv, .parquet) of perturbation -> fold "
+        "or role, or obs:COLUMN; only held-out perturbations are scored, the negative "
+        "controls pool each fold's training perturbations, and verdict_changes.csv says "
+        "which verdicts change against the unsplit calibration",
+    )
+    calibrate.add_argument("--out", required=True, help="output folder")
+
+
+def _add_split_option(parser: argparse.ArgumentParser, text: str) -> None:
+    """``--split PATH``: run under a split (``text`` says what changes)."""
+    parser.add_argument("--split", default=None, metavar="PATH", help=text)
 
 
 def _add_report_options(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
@@ -161,6 +206,34 @@ def split_lines(result: Any) -> list[str]:
     if changes is not None and not changes.empty:
         lines.extend(verdict_change_lines(changes))
     return lines
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    """Run ``scperteval calibrate``."""
+    from scperteval.workflows.calibrate import calibrate
+
+    thresholds = parse_thresholds(args.thresholds)
+    data = input_data(args)
+    options = engine_kwargs(args)
+    with cluster_client(args.scheduler) as client:
+        result = calibrate(
+            data,
+            **options,
+            executor=client,
+            thresholds=thresholds,
+            out=args.out,
+            min_perturbations=args.min_perturbations,
+            split=args.split,
+        )
+    out = Path(args.out)
+    print(result.summary(str(out / "failures.csv")))
+    print_run_notes(result.info, args.min_cells)
+    total = result.info.get("timings_seconds", {}).get("total", float("nan"))
+    tables = [out / "results.parquet", out / "calibration.csv"]
+    if not result.verdict_changes.empty:
+        tables.append(out / "verdict_changes.csv")
+    print(f"finished in {total:.1f} s; wrote {', '.join(map(str, tables))} and {out / 'run.json'}")
+    return 0
 
 
 def run_score(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 from scperteval.engine.calibrators import Thresholds
 from scperteval.errors import SpecError
 
-__all__ = ["as_thresholds", "check_option_types", "refuse_de_tables_under_split"]
+__all__ = ["as_thresholds", "check_option_types", "is_whole", "refuse_de_tables_under_split"]
 
 #: The fewest cells a seeded cell sample (PCA fit, cell-level controls) may hold.
 MIN_SAMPLE_CELLS = 2
@@ -92,8 +92,7 @@ def check_option_types(**options: Any) -> None:
         raise SpecError(f"out must be a folder path (str or Path), got {type(out).__name__}")
     if "sample_cells" in options:
         cells = options["sample_cells"]
-        whole = isinstance(cells, numbers.Integral) and not isinstance(cells, bool)
-        if not whole or cells < MIN_SAMPLE_CELLS:
+        if not is_whole(cells) or cells < MIN_SAMPLE_CELLS:
             raise SpecError(
                 f"sample_cells must be a whole number of at least {MIN_SAMPLE_CELLS}, got {cells!r}"
             )
@@ -105,10 +104,7 @@ def check_option_types(**options: Any) -> None:
                 raise SpecError(f"{flag} must be {expected}, got {value!r}")
     if "baselines" in options:
         baselines = options["baselines"]
-        names = [baselines] if isinstance(baselines, str) else baselines
-        if not isinstance(baselines, bool) and not (
-            isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)
-        ):
+        if not (isinstance(baselines, bool) or _one_or_list(baselines, str)):
             raise SpecError(
                 "baselines must be True, False, a baseline name or a list of names, "
                 f"got {baselines!r}"
@@ -120,17 +116,23 @@ def check_option_types(**options: Any) -> None:
                 f"{option} must be {' or '.join(map(repr, choices))}, got {options[option]!r}"
             )
     least = options.get("min_perturbations")
-    if least is not None and (
-        isinstance(least, bool) or not isinstance(least, numbers.Integral) or least < 1
-    ):
+    if least is not None and (not is_whole(least) or least < 1):
         raise SpecError(f"min_perturbations must be a whole number of at least 1, got {least!r}")
     if "folders" in options:
         folders = options["folders"]
-        listed = [folders] if isinstance(folders, (str, os.PathLike)) else folders
-        if not isinstance(listed, (list, tuple)) or not all(
-            isinstance(folder, (str, os.PathLike)) for folder in listed
-        ):
+        if not _one_or_list(folders, (str, os.PathLike)):
             raise SpecError(f"folders must be a results folder or a list of them, got {folders!r}")
+
+
+def is_whole(value: Any) -> bool:
+    """Whether ``value`` is a whole number (an integer, not ``True`` or ``False``)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _one_or_list(value: Any, kinds: type | tuple[type, ...]) -> bool:
+    """Whether ``value`` is one of ``kinds``, or a list or tuple of them."""
+    listed = [value] if isinstance(value, kinds) else value
+    return isinstance(listed, (list, tuple)) and all(isinstance(item, kinds) for item in listed)
 
 
 def refuse_de_tables_under_split(split: Any, de_tables: Any) -> None:

@@ -197,37 +197,6 @@ def _keys(table: pd.DataFrame) -> list[tuple[str, ...]]:
     return list(zip(*columns, strict=True))
 
 
-def own_fold_rows(
-    extras: Sequence[pd.DataFrame],
-    tables: Sequence[pd.DataFrame],
-    options: Sequence[Mapping[str, Any]],
-) -> pd.DataFrame:
-    """Rows kept beside fold runs' results, each run's own folds, pooled in run order.
-
-    Parameters
-    ----------
-    extras
-        Per run, rows stored beside its results with a ``fold`` column (such as the
-        values of a protocol run for the criterion alone).
-    tables
-        The runs' stored results (their models tell the runs' folds, see
-        :func:`run_folds`).
-    options
-        Their ``run.json`` options.
-
-    Returns
-    -------
-    pandas.DataFrame
-        The rows of every run's own folds, in the order of the first run's rows.
-
-    """
-    parts = [
-        extra[extra[FOLD_COLUMN].astype(str).isin(run_folds(table, record))]
-        for extra, table, record in zip(extras, tables, options, strict=True)
-    ]
-    return in_run_order(pd.concat(parts, ignore_index=True), extras[0])
-
-
 def _read_run(folder: Path) -> Run:
     paths = [folder / RESULT_FILE, folder / RUN_FILE, folder / PROTOCOL_FILE]
     for path in paths:
@@ -460,7 +429,12 @@ def _criterion_values(paths: Sequence[Path], runs: Sequence[Run]) -> pd.DataFram
         if not set(ROW_KEYS) | {"value", FOLD_COLUMN} <= set(extra.columns):
             raise DatasetError(f"{file}: not the criterion values of a run (columns missing)")
         extras.append(extra)
-    return own_fold_rows(extras, [r[0] for r in runs], [r[2] for r in runs])
+    # Each run's own folds, pooled in the order of the first run's rows.
+    parts = [
+        extra[extra[FOLD_COLUMN].astype(str).isin(run_folds(table, options))]
+        for extra, (table, _, options) in zip(extras, runs, strict=True)
+    ]
+    return in_run_order(pd.concat(parts, ignore_index=True), extras[0])
 
 
 def _merge(

@@ -238,10 +238,9 @@ def score(
     )
     assert checksum is not None
     dataset = engine.context.dataset
-    folds = None
     if split is not None:
         engine.use_split(read_split(split, dataset))
-        folds = engine.folds
+    folds = engine.folds
     reading: dict[str, Any] = {"allow_missing": allow_missing, "deltas": deltas, "control": control}
     with timer.step("predictions"):
         if folds is None:

@@ -8,7 +8,6 @@ pieces here are the ones both jobs share.
 
 from __future__ import annotations
 
-import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
@@ -44,6 +43,7 @@ from scperteval.runinfo import Timer
 from scperteval.runinfo.checksums import PendingChecksum, start_input_checksum
 from scperteval.stats.de_methods import DE_METHODS
 from scperteval.stats.de_tables import read_de_table
+from scperteval.workflows.option_types import is_whole
 
 __all__ = [
     "build_engine",
@@ -95,7 +95,7 @@ def check_run_options(
         Naming the first invalid option.
 
     """
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+    if not is_whole(seed):
         raise SpecError(f"seed must be a whole number, got {seed!r}")
     check_device(device, precision)
     if de_method is not None:

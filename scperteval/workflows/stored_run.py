@@ -8,7 +8,6 @@ value, instead of failing deep inside the re-derivation.
 
 from __future__ import annotations
 
-import numbers
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from scperteval.errors import DatasetError
+from scperteval.workflows.option_types import is_whole
 
 __all__ = ["check_stored_run"]
 
@@ -103,9 +103,7 @@ def _check_options(where: Path, options: Any) -> None:
         raise DatasetError(f"{where}: its options are a {type(options).__name__}; {_RERUN}")
     for key in ("seed", "min_perturbations"):
         value = options.get(key)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, numbers.Integral)
-        ):
+        if value is not None and not is_whole(value):
             raise DatasetError(f"{where}: {key} is {value!r}, not a whole number; {_RERUN}")
     for key, words in WORD_OPTIONS.items():
         value = options.get(key)
