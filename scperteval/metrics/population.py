@@ -38,7 +38,13 @@ from scperteval.kernels.pairs import (
     rbf_transform,
 )
 from scperteval.kernels.threads import Threads
-from scperteval.metrics.common import DegenerateInput, _positive_number, as_matrix, register_metric
+from scperteval.metrics.common import (
+    Decorator,
+    DegenerateInput,
+    _positive_number,
+    as_matrix,
+    register_metric,
+)
 from scperteval.metrics.metric_context import PerturbationContext
 
 __all__ = [
@@ -374,10 +380,16 @@ def check_sizes(n: int, m: int, unbiased: bool) -> None:
 # ---------------------------------------------------------------------------- metrics
 
 
-#: Registers a population metric (lower is better, 0 perfect) under its function's name.
-_register = partial(
-    register_metric, representation="population", scope="perturbation", better="lower", perfect=0.0
-)
+def _register(description: str, **meta: Any) -> Decorator:
+    """Register a population metric (lower is better, 0 perfect) under its function's name."""
+    return register_metric(
+        description,
+        representation="population",
+        scope="perturbation",
+        better="lower",
+        perfect=0.0,
+        **meta,
+    )
 
 
 @_register("energy distance between cell populations (unbiased within-sample terms)")

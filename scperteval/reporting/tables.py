@@ -25,13 +25,22 @@ __all__ = ["markdown_report", "latex_table", "markdown_escape", "latex_escape"]
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*\[\]|]|<(?=[A-Za-z/!?]))")
 # An underscore only starts emphasis next to a non-alphanumeric character.
 _MARKDOWN_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
-# Characters LaTeX reads as markup, for ``str.translate``.
 _LATEX_SPECIAL = MappingProxyType(
-    str.maketrans(
-        {char: "\\" + char for char in "&%$#_{}"}
-        | {"\\": r"\textbackslash{}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-        | {"<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}"}
-    )
+    {
+        "\\": r"\textbackslash{}",
+        "&": r"\&",
+        "%": r"\%",
+        "$": r"\$",
+        "#": r"\#",
+        "_": r"\_",
+        "{": r"\{",
+        "}": r"\}",
+        "~": r"\textasciitilde{}",
+        "^": r"\textasciicircum{}",
+        "<": r"\textless{}",
+        ">": r"\textgreater{}",
+        "|": r"\textbar{}",
+    }
 )
 
 
@@ -68,7 +77,7 @@ def latex_escape(text: str) -> str:
         Text safe in a LaTeX document body.
 
     """
-    return text.translate(_LATEX_SPECIAL)
+    return "".join(_LATEX_SPECIAL.get(char, char) for char in text)
 
 
 def _board_cells(
