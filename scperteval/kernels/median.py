@@ -104,17 +104,11 @@ def median_distance(
     (points,) = centred(np.ascontiguousarray(z, dtype=np.float64))
     with (threads or Threads()).single_threaded_blas():
         return median_of_positive(
-            lambda: _positive_within(points, max_block_bytes),
+            lambda: (block[block > 0] for block in _within_pairs(points, max_block_bytes)),
             max(1, int(max_block_bytes) // 8),
             ArrayOps(),
             _FIRST_DIGIT_BITS,
         )
-
-
-def _positive_within(points: Float64Array, max_block_bytes: int) -> Iterator[Float64Array]:
-    """The positive squared distances of the pairs ``i < j`` of ``points``, block by block."""
-    for block in _within_pairs(points, max_block_bytes):
-        yield block[block > 0]
 
 
 class ArrayOps:

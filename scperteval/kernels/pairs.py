@@ -274,10 +274,9 @@ def pair_sums(
     if not transforms:
         return totals
     want_root = any(kind == "sqrt" for kind, _ in transforms)
-    rows, columns = _tile_shape(x.shape[0], (x if y is None else y).shape[0], max_block_bytes)
-    work_buffer = np.empty(rows * columns)
+    # Every "sqrt" transform reads the tiles' roots, so no work buffer is needed.
     for d2, root, offset, bound in _pair_tiles(x, y, want_root, max_block_bytes, threads):
-        _add_tile_sums(totals, d2, root, offset, transforms, work_buffer, bound)
+        _add_tile_sums(totals, d2, root, offset, transforms, np.empty(0), bound)
     return totals
 
 

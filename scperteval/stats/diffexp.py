@@ -167,7 +167,11 @@ class DEResult:
             {name: getattr(self, name)[k] for name in _VALUE_COLUMNS}, index=self.genes
         )
         if genes is not None:
-            frame = _reindex_by_name(frame, genes)
+            wanted = pd.Index(np.asarray(genes).astype(str))
+            missing = wanted.difference(frame.index)
+            if len(missing):
+                raise KeyError(f"genes not in the DE result: {', '.join(missing[:10].tolist())}")
+            frame = frame.loc[wanted]
         return frame
 
     def to_frame(self) -> pd.DataFrame:
@@ -467,11 +471,3 @@ def log_fold_change(
 
     _run_row_blocks(block, mean_target.size, len(mean_target), threads)
     return out
-
-
-def _reindex_by_name(frame: pd.DataFrame, genes: Any) -> pd.DataFrame:
-    wanted = pd.Index(np.asarray(genes).astype(str))
-    missing = wanted.difference(frame.index)
-    if len(missing):
-        raise KeyError(f"genes not in the DE result: {', '.join(missing[:10].tolist())}")
-    return frame.loc[wanted]
