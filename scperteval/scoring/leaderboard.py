@@ -242,22 +242,23 @@ def build_leaderboard(
         return scores_on(values, [directions[p] for p in where.protocols], aggregate, calibrated)
 
     ranked_scores = score_of(ranked_names, coverage)
-    score, listing = [], []
+    score, listing, apart_ranks = [], [], []
     for name, is_full in zip(names, full, strict=True):
         if is_full:
             score.append(ranked_scores[name])
             listing.append(RANKED)
+            apart_ranks.append(np.nan)
             continue
         own = entry_coverage(matrices[name], used)
         mine = score_of([*ranked_names, name], own) if own.protocols else {name: np.nan}
         score.append(mine[name])
-        listing.append(_apart_text(name, mine, ranked_names))
+        text, place = _apart(name, mine, ranked_names)
+        listing.append(text)
+        apart_ranks.append(place)
     ranks = competition_ranks([s if f else np.nan for s, f in zip(score, full, strict=True)])
     # An entry listed apart takes the rank it would have among the ranked ones on its
     # own coverage, so every scored row has a rank; `listing` says which kind it is.
-    order = [
-        _apart_rank(text) if text != RANKED else r for text, r in zip(listing, ranks, strict=True)
-    ]
+    order = np.where(full, ranks, apart_ranks)
     intervals = [
         headline_ci(
             restricted(matrices[n], coverage if f else entry_coverage(matrices[n], used)),
@@ -352,19 +353,16 @@ def _population_ranking(
     return second if second.protocols else None
 
 
-def _apart_text(name: str, scores: Mapping[str, float], ranked: Sequence[str]) -> str:
-    """``listed apart``, with the entry's place among the ranked ones on its own coverage."""
+def _apart(name: str, scores: Mapping[str, float], ranked: Sequence[str]) -> tuple[str, float]:
+    """``listed apart``, with the entry's place among the ranked ones on its own coverage.
+
+    Returns the listing text and that place (NaN when it has none).
+    """
     value = scores.get(name, np.nan)
     if not np.isfinite(value) or not ranked:
-        return APART
+        return APART, np.nan
     better = sum(int(scores[other] > value) for other in ranked)
-    return f"{APART}; rank {better + 1} of {len(ranked) + 1} on its coverage"
-
-
-def _apart_rank(listing: str) -> float:
-    """The rank on its coverage written in an entry's ``listing`` (NaN when none)."""
-    _, found, rest = listing.partition("; rank ")
-    return float(rest.split(" ")[0]) if found else float("nan")
+    return f"{APART}; rank {better + 1} of {len(ranked) + 1} on its coverage", float(better + 1)
 
 
 def _names(items: Sequence[str]) -> str:

@@ -71,21 +71,19 @@ def load_split_predictions(
     models = []
     for name, value in prediction_inputs(spec).items():
         per_fold = _per_fold_inputs(name, value, folds)
-        if per_fold is None:
-            model = _load_one(name, value, dataset, layout, deltas, control)
-            _refuse_training(model, layout, folds, None)
-        else:
-            if control == "predicted":
-                raise SpecError(
-                    f"prediction {name!r}: per-fold prediction files cannot give the predicted "
-                    "control (--control-from-predictions); give one file for every fold"
-                )
-            parts = []
-            for fold, part_value in per_fold.items():
-                part = _load_one(name, part_value, dataset, layout, deltas, control)
-                _refuse_training(part, layout, folds, fold)
-                parts.append(part)
-            model = _merged(name, parts)
+        if per_fold is not None and control == "predicted":
+            raise SpecError(
+                f"prediction {name!r}: per-fold prediction files cannot give the predicted "
+                "control (--control-from-predictions); give one file for every fold"
+            )
+        parts = []
+        # One prediction for every fold is checked as the file of no particular fold.
+        inputs = {None: value} if per_fold is None else per_fold
+        for fold, part_value in inputs.items():
+            part = _load_one(name, part_value, dataset, layout, deltas, control)
+            _refuse_training(part, layout, folds, fold)
+            parts.append(part)
+        model = parts[0] if per_fold is None else _merged(name, parts)
         _set_missing(model, layout, folds, allow_missing)
         models.append(model)
     return models
@@ -98,7 +96,7 @@ def _load_one(
     return load_predictions({name: value}, dataset, layout, True, deltas=delta, control=control)[0]
 
 
-def _per_fold_inputs(name: str, value: Any, folds: FoldPlan) -> dict[str, Any] | None:
+def _per_fold_inputs(name: str, value: Any, folds: FoldPlan) -> dict[str | None, Any] | None:
     """``{fold: prediction}`` of a model given per fold, or ``None`` for one prediction."""
     expected = folds.split.folds
     if isinstance(value, Mapping):
